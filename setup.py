@@ -1,0 +1,33 @@
+"""Packaging for yolox_fast. `pip install -e .[test]` installs the package and its test tools."""
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "yolox_fast" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="yolox_fast",
+    version=VERSION,
+    description="YOLOX object detection training: batched SimOTA, shared image cache, native AMP, DDP",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["yolox_fast", "yolox_fast.*"]),
+    install_requires=[
+        "torch>=2.0,<=2.14.1",
+        "torchvision>=0.15,<=0.29.1",
+        "numpy",
+        "opencv-python-headless",
+        "pycocotools",
+        "loguru",
+        "tabulate",
+        "tensorboard",
+        "psutil",
+    ],
+    extras_require={
+        "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime"],
+        "onnx": ["onnx", "onnxruntime"],
+    },
+)

@@ -1,0 +1,234 @@
+"""Exp: the YOLOX recipe (COCO, 300 epochs) with every field a YOLOX user knows, same names, same meaning."""
+from __future__ import annotations
+
+import os
+import random
+from typing import List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from yolox_fast.exp.base_exp import BaseExp
+from yolox_fast.utils import dist as dist_utils
+
+
+class Exp(BaseExp):
+    def __init__(self) -> None:
+        super().__init__()
+        # ---------------- model ---------------- #
+        self.num_classes = 80
+        self.depth = 1.00  # factor of the number of blocks in each CSP stage
+        self.width = 1.00  # factor of the number of channels
+        self.act = "silu"
+        self.depthwise = False  # depthwise-separable convs in backbone, neck and head (nano)
+        self.grad_checkpoint = False  # recompute backbone/neck activations in backward to fit bigger batches
+
+        # ---------------- data ---------------- #
+        # Dataset description in configs/ (a name like "coco" or a path to a JSON file). The YOLOX
+        # fields data_dir / train_ann / val_ann, when set, override the description's values.
+        self.dataset = "coco"
+        self.data_dir: Optional[str] = None
+        self.train_ann = "instances_train2017.json"
+        self.val_ann = "instances_val2017.json"
+        self.test_ann = "instances_test2017.json"
+        self.class_names: Optional[Tuple[str, ...]] = None  # None: taken from the dataset description
+        self.data_num_workers = 4
+        self.input_size = (640, 640)  # (height, width)
+        # multi-scale training draws sizes in [input_size - 32 * range, input_size + 32 * range];
+        # 0 turns it off. random_size = (min, max) in units of 32 takes precedence when set.
+        self.multiscale_range = 5
+        self.random_size: Optional[Tuple[int, int]] = None
+        self.max_labels = 120  # labels per image after augmentation; extra ones are dropped (logged once)
+        self.skip_corrupt_images = False  # True: an undecodable image is skipped and counted, not an error
+
+        # ---------------- augmentation ---------------- #
+        self.mosaic_prob = 1.0
+        self.mixup_prob = 1.0
+        self.hsv_prob = 1.0
+        self.flip_prob = 0.5
+        self.degrees = 10.0
+        self.translate = 0.1
+        self.mosaic_scale = (0.1, 2)
+        self.enable_mixup = True
+        self.mixup_scale = (0.5, 1.5)
+        self.shear = 2.0
+        # box_candidates after every geometric transform: keep boxes wider and taller than
+        # box_min_size px, keeping at least box_min_area_ratio of their area, aspect ratio below box_max_aspect
+        self.box_min_size = 2.0
+        self.box_min_area_ratio = 0.1
+        self.box_max_aspect = 20.0
+
+        # ---------------- training ---------------- #
+        self.warmup_epochs = 5
+        self.max_epoch = 300
+        self.warmup_lr = 0
+        self.min_lr_ratio = 0.05
+        self.basic_lr_per_img = 0.01 / 64.0  # lr = basic_lr_per_img * total batch size
+        self.scheduler = "yoloxwarmcos"
+        self.no_aug_epochs = 15  # the last epochs: no mosaic/mixup, L1 loss on
+        self.ema = True
+        self.weight_decay = 5e-4
+        self.momentum = 0.9
+        self.print_interval = 10
+        self.eval_interval = 10
+        self.save_history_ckpt = True
+        self.exp_name = os.path.splitext(os.path.basename(self._defining_file()))[0]
+
+        # ---------------- assignment ---------------- #
+        self.simota_center_radius = 1.5
+        self.simota_topk = 10
+        self.simota_max_bytes: Optional[int] = None  # None: a fraction of free device memory
+
+        # ---------------- testing ---------------- #
+        self.test_size = (640, 640)
+        self.test_conf = 0.01
+        self.nmsthre = 0.65
+
+    def _defining_file(self) -> str:
+        import inspect
+
+        return inspect.getfile(type(self))
+
+    # ------------------------------------------------------------------ model
+    def get_model(self) -> nn.Module:
+        """YOLOX with this exp's depth/width/act; BN eps/momentum and head biases as in YOLOX."""
+        from yolox_fast.models import YOLOPAFPN, YOLOX, YOLOXHead
+
+        if getattr(self, "model", None) is None:
+            in_channels = [256, 512, 1024]
+            backbone = YOLOPAFPN(
+                self.depth, self.width, in_channels=in_channels, act=self.act, depthwise=self.depthwise
+            )
+            head = YOLOXHead(
+                self.num_classes, self.width, in_channels=in_channels, act=self.act, depthwise=self.depthwise
+            )
+            head.center_radius = self.simota_center_radius
+            head.topk = self.simota_topk
+            head.max_bytes = self.simota_max_bytes
+            self.model = YOLOX(backbone, head)
+            for m in self.model.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.eps = 1e-3
+                    m.momentum = 0.03
+            self.model.head.initialize_biases(1e-2)
+        if self.grad_checkpoint:
+            self.model.set_grad_checkpointing(True)
+        self.model.train()
+        return self.model
+
+    def get_class_names(self) -> Tuple[str, ...]:
+        """Class names: `self.class_names` if set, else the dataset description's."""
+        if self.class_names:
+            return tuple(self.class_names)
+        from yolox_fast.data.config import load_dataset_config
+
+        return tuple(load_dataset_config(self.dataset)["class_names"])
+
+    # ------------------------------------------------------------------ data
+    def get_dataset(self, cache: Optional[str] = None):
+        """The training split, un-augmented (images letterboxed to input_size), optionally cached."""
+        from yolox_fast.data.build import build_train_dataset
+
+        return build_train_dataset(self, cache=cache)
+
+    def get_data_loader(self, batch_size: int, is_distributed: bool, no_aug: bool = False, cache_img=None):
+        """Infinite training loader (mosaic/mixup unless no_aug); len() = iterations per epoch.
+
+        Yields (imgs (B, 3, H, W) float32 BGR 0-255, targets (B, max_labels, 5) [cls, cx, cy, w, h] px
+        zero-padded, img_info, img_ids); `loader.close_mosaic()` turns mosaic and mixup off.
+        `batch_size` is per process.
+        """
+        from yolox_fast.data.build import build_train_loader
+
+        return build_train_loader(self, batch_size, is_distributed, no_aug=no_aug, cache=cache_img)
+
+    def get_eval_dataset(self):
+        from yolox_fast.data.build import build_eval_dataset
+
+        return build_eval_dataset(self)
+
+    def get_eval_loader(self, batch_size: int, is_distributed: bool):
+        """Eval loader over the validation split: each rank a disjoint shard, no duplicates."""
+        from yolox_fast.data.build import build_eval_loader
+
+        return build_eval_loader(self, batch_size, is_distributed)
+
+    def random_resize(self, data_loader, epoch: int, rank: int, is_distributed: bool) -> Tuple[int, int]:
+        """Draw the next multi-scale input size on rank 0 and share it, so every rank agrees."""
+        size = None
+        if rank == 0:
+            if self.random_size is not None:
+                lo, hi = self.random_size
+            else:
+                base = int(self.input_size[0] / 32)
+                lo, hi = base - self.multiscale_range, base + self.multiscale_range
+            factor = random.randint(lo, hi)
+            aspect = self.input_size[1] / self.input_size[0]
+            size = (int(32 * factor), 32 * int(factor * aspect))
+        if is_distributed and dist.is_initialized():
+            size = dist_utils.broadcast_object(size, src=0)
+        return tuple(size)
+
+    def preprocess(self, inputs: torch.Tensor, targets: torch.Tensor, tsize: Tuple[int, int]):
+        """Resize a batch (B, 3, H, W) and its targets (B, M, 5) px to `tsize` (h, w)."""
+        scale_y = tsize[0] / inputs.shape[2]
+        scale_x = tsize[1] / inputs.shape[3]
+        if scale_x != 1 or scale_y != 1:
+            inputs = F.interpolate(inputs, size=tsize, mode="bilinear", align_corners=False)
+            targets = targets.clone()
+            targets[..., 1::2] *= scale_x
+            targets[..., 2::2] *= scale_y
+        return inputs, targets
+
+    # ------------------------------------------------------------------ optimisation
+    def get_optimizer(self, batch_size: int) -> torch.optim.Optimizer:
+        """SGD (nesterov) with three groups: BN weights and biases carry no weight decay.
+
+        `batch_size` is the total batch over all ranks; lr = basic_lr_per_img * batch_size
+        (warmup starts from warmup_lr when warmup_epochs > 0).
+        """
+        if getattr(self, "optimizer", None) is None:
+            lr = self.warmup_lr if self.warmup_epochs > 0 else self.basic_lr_per_img * batch_size
+            no_decay_bn: List[nn.Parameter] = []
+            decay: List[nn.Parameter] = []
+            biases: List[nn.Parameter] = []
+            for name, module in self.model.named_modules():
+                if hasattr(module, "bias") and isinstance(module.bias, nn.Parameter):
+                    biases.append(module.bias)
+                if isinstance(module, nn.BatchNorm2d) or "bn" in name:
+                    no_decay_bn.append(module.weight)
+                elif hasattr(module, "weight") and isinstance(module.weight, nn.Parameter):
+                    decay.append(module.weight)
+            optimizer = torch.optim.SGD(no_decay_bn, lr=lr, momentum=self.momentum, nesterov=True)
+            optimizer.add_param_group({"params": decay, "weight_decay": self.weight_decay})
+            optimizer.add_param_group({"params": biases})
+            self.optimizer = optimizer
+        return self.optimizer
+
+    def get_lr_scheduler(self, lr: float, iters_per_epoch: int, **kwargs):
+        from yolox_fast.utils.lr_scheduler import LRScheduler
+
+        return LRScheduler(
+            self.scheduler,
+            lr,
+            iters_per_epoch,
+            self.max_epoch,
+            warmup_epochs=self.warmup_epochs,
+            warmup_lr_start=self.warmup_lr,
+            no_aug_epochs=self.no_aug_epochs,
+            min_lr_ratio=self.min_lr_ratio,
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ evaluation
+    def get_evaluator(self, batch_size: int, is_distributed: bool):
+        """COCO- or VOC-style evaluator (by the dataset description's format) over the val split."""
+        from yolox_fast.evaluators.build import build_evaluator
+
+        return build_evaluator(self, batch_size, is_distributed)
+
+    def eval(self, model, evaluator, is_distributed: bool, half: bool = False):
+        """(ap50_95, ap50, summary text) of `model` on the evaluator's split."""
+        return evaluator.evaluate(model, is_distributed, half)

@@ -1,0 +1,75 @@
+"""Thin helpers over torch.distributed that also work when it is not initialised (single process)."""
+from __future__ import annotations
+
+import os
+from typing import Any, List
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    """True inside an initialised process group with more than one rank."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def get_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def get_local_rank() -> int:
+    """Rank on this machine: torchrun's LOCAL_RANK, else the global rank."""
+    return int(os.environ.get("LOCAL_RANK", get_rank()))
+
+
+def get_local_size() -> int:
+    """Processes on this machine: torchrun's LOCAL_WORLD_SIZE, else the world size."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
+
+
+def is_main_process() -> bool:
+    return get_rank() == 0
+
+
+def synchronize() -> None:
+    """Barrier across ranks; a no-op in a single process."""
+    if is_distributed():
+        dist.barrier()
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` in place across ranks and return it (unchanged in a single process)."""
+    if is_distributed():
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Every rank gets rank `src`'s `obj` (any picklable object)."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_gather_object(obj: Any) -> List[Any]:
+    """List of every rank's `obj`, in rank order, on every rank."""
+    if not is_distributed():
+        return [obj]
+    out: List[Any] = [None] * get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def gather_object(obj: Any, dst: int = 0) -> List[Any] | None:
+    """List of every rank's `obj` on rank `dst` (None elsewhere)."""
+    if not is_distributed():
+        return [obj]
+    out: List[Any] | None = [None] * get_world_size() if get_rank() == dst else None
+    dist.gather_object(obj, out, dst=dst)
+    return out
