@@ -1,0 +1,66 @@
+"""Experiment files: zoo names, files, trailing KEY VALUE overrides."""
+import textwrap
+
+import pytest
+
+from yolox_fast.exp import Exp, get_exp, get_exp_by_file
+
+
+def test_zoo_names_resolve_to_exp_files():
+    for name, depth, width in [("yolox-s", 0.33, 0.50), ("yolox_nano", 0.33, 0.25), ("YOLOX-X", 1.33, 1.25)]:
+        exp = get_exp(exp_name=name)
+        assert (exp.depth, exp.width) == (depth, width)
+    nano = get_exp(exp_name="yolox-nano")
+    assert nano.depthwise and nano.input_size == (416, 416) and nano.exp_name == "yolox_nano"
+
+
+def test_unknown_zoo_name_lists_known_ones():
+    with pytest.raises(ValueError, match="yolox-s"):
+        get_exp(exp_name="yolox-q")
+
+
+def test_exp_file_overrides_only_what_differs(tmp_path):
+    path = tmp_path / "my_exp.py"
+    path.write_text(textwrap.dedent("""
+        from yolox_fast.exp import Exp as BaseExp
+
+        class Exp(BaseExp):
+            def __init__(self):
+                super().__init__()
+                self.num_classes = 3
+    """))
+    exp = get_exp_by_file(str(path))
+    assert exp.num_classes == 3 and exp.exp_name == "my_exp"
+    assert exp.depth == Exp().depth
+
+
+def test_missing_exp_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.py"):
+        get_exp(str(tmp_path / "nope.py"))
+
+
+def test_merge_coerces_to_the_current_type():
+    exp = Exp()
+    exp.merge(["max_epoch", "12", "basic_lr_per_img", "1e-3", "ema", "false", "input_size", "(320, 256)",
+               "act", "relu", "data_dir", "/data/coco", "multiscale_range", "0"])
+    assert exp.max_epoch == 12 and isinstance(exp.max_epoch, int)
+    assert exp.basic_lr_per_img == pytest.approx(1e-3)
+    assert exp.ema is False
+    assert exp.input_size == (320, 256) and isinstance(exp.input_size, tuple)
+    assert exp.act == "relu" and exp.data_dir == "/data/coco" and exp.multiscale_range == 0
+
+
+@pytest.mark.parametrize("opts, message", [
+    (["max_epochs", "3"], "unknown exp key 'max_epochs'.*max_epoch"),
+    (["max_epoch", "three"], "cannot set exp key 'max_epoch'"),
+    (["ema", "maybe"], "cannot set exp key 'ema'"),
+    (["max_epoch"], "KEY VALUE pairs"),
+])
+def test_merge_rejects_bad_overrides(opts, message):
+    with pytest.raises(ValueError, match=message):
+        Exp().merge(opts)
+
+
+def test_printing_shows_a_table_of_fields():
+    text = repr(Exp())
+    assert "basic_lr_per_img" in text and "nmsthre" in text

@@ -1,0 +1,143 @@
+"""YOLOXHead: the decoupled, anchor-free head (separate classification and regression branches)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from yolox_fast.models.network_blocks import BaseConv, DWConv
+
+
+class YOLOXHead(nn.Module):
+    """Per FPN level: 1x1 stem, then a cls branch (two 3x3 convs -> C logits) and a reg branch
+    (two 3x3 convs -> 4 box offsets and 1 objectness logit). One prediction per grid cell.
+
+    Eval forward: list of (N, Ci, H/s, W/s) -> (N, A, 5 + C) rows [cx, cy, w, h (px), obj, cls...]
+    with sigmoids applied, A = sum of (H/s) * (W/s) over strides 8/16/32, levels in that order,
+    cells row-major. With `decode_in_inference = False` the box columns stay raw (for export).
+    Training forward: the loss dict of `yolox_loss`.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        width: float = 1.0,
+        strides: Sequence[int] = (8, 16, 32),
+        in_channels: Sequence[int] = (256, 512, 1024),
+        act: str = "silu",
+        depthwise: bool = False,
+    ) -> None:
+        super().__init__()
+        if len(strides) != len(in_channels):
+            raise ValueError(f"{len(strides)} strides for {len(in_channels)} input levels")
+        self.num_classes = num_classes
+        self.strides = tuple(strides)
+        self.decode_in_inference = True
+        # training-only knobs, set by the trainer / exp
+        self.use_l1 = False  # the extra L1 loss on raw box offsets, on in the last no-aug epochs
+        self.center_radius = 1.5  # SimOTA centre prior radius, in units of stride
+        self.topk = 10  # SimOTA: candidates per ground truth for the dynamic k
+        self.max_bytes: int | None = None  # SimOTA working-memory bound; None: chosen by the assigner
+
+        conv = DWConv if depthwise else BaseConv
+        hidden = int(256 * width)
+        # registration order = official YOLOX's, so state_dict and parameter order (optimizer state) match
+        self.cls_convs = nn.ModuleList()
+        self.reg_convs = nn.ModuleList()
+        self.cls_preds = nn.ModuleList()
+        self.reg_preds = nn.ModuleList()
+        self.obj_preds = nn.ModuleList()
+        self.stems = nn.ModuleList()
+        for c in in_channels:
+            self.stems.append(BaseConv(int(c * width), hidden, 1, 1, act=act))
+            self.cls_convs.append(
+                nn.Sequential(conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act))
+            )
+            self.reg_convs.append(
+                nn.Sequential(conv(hidden, hidden, 3, 1, act=act), conv(hidden, hidden, 3, 1, act=act))
+            )
+            self.cls_preds.append(nn.Conv2d(hidden, num_classes, 1, 1, 0))
+            self.reg_preds.append(nn.Conv2d(hidden, 4, 1, 1, 0))
+            self.obj_preds.append(nn.Conv2d(hidden, 1, 1, 1, 0))
+        # (level, h, w, device, dtype) -> (cell indices (h*w, 2) as (x, y), strides (h*w,)); not state
+        self._grid_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def initialize_biases(self, prior_prob: float) -> None:
+        """Start cls and obj probabilities at `prior_prob` so early training is not swamped by negatives."""
+        bias = -math.log((1 - prior_prob) / prior_prob)
+        for conv in list(self.cls_preds) + list(self.obj_preds):
+            nn.init.constant_(conv.bias, bias)
+
+    def _level_grid(self, k: int, h: int, w: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (k, h, w, device, dtype)
+        if key not in self._grid_cache:
+            ys, xs = torch.meshgrid(
+                torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij"
+            )
+            grid = torch.stack((xs, ys), dim=2).reshape(h * w, 2).to(dtype)
+            stride = torch.full((h * w,), self.strides[k], device=device, dtype=dtype)
+            self._grid_cache[key] = (grid, stride)
+        return self._grid_cache[key]
+
+    def grids_and_strides(
+        self, sizes: Sequence[tuple[int, int]], device, dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cell indices (A, 2) as (x, y) and strides (A,) for level feature sizes [(h, w), ...]."""
+        parts = [self._level_grid(k, h, w, device, dtype) for k, (h, w) in enumerate(sizes)]
+        return torch.cat([g for g, _ in parts]), torch.cat([s for _, s in parts])
+
+    def forward(self, xin: Sequence[torch.Tensor], labels: torch.Tensor | None = None):
+        raw: list[torch.Tensor] = []  # per level (N, 5 + C, h, w): reg(4), obj logit, cls logits
+        for k, x in enumerate(xin):
+            x = self.stems[k](x)
+            cls_feat = self.cls_convs[k](x)
+            reg_feat = self.reg_convs[k](x)
+            raw.append(
+                torch.cat(
+                    [self.reg_preds[k](reg_feat), self.obj_preds[k](reg_feat), self.cls_preds[k](cls_feat)], 1
+                )
+            )
+        sizes = [(r.shape[2], r.shape[3]) for r in raw]
+        out = torch.cat([r.flatten(start_dim=2) for r in raw], dim=2).permute(0, 2, 1)  # (N, A, 5 + C)
+
+        if self.training:
+            return self._losses(out, sizes, labels)
+
+        out = torch.cat([out[..., :4], out[..., 4:].sigmoid()], dim=-1)
+        if not self.decode_in_inference:
+            return out
+        grids, strides = self.grids_and_strides(sizes, out.device, out.dtype)
+        strides = strides[:, None]
+        xy = (out[..., :2] + grids) * strides
+        wh = torch.exp(out[..., 2:4]) * strides
+        return torch.cat([xy, wh, out[..., 4:]], dim=-1)
+
+    def _losses(self, out: torch.Tensor, sizes: Sequence[tuple[int, int]], labels: torch.Tensor | None):
+        if labels is None:
+            raise ValueError("YOLOXHead in training mode needs labels (N, M, 5) [cls, cx, cy, w, h] px")
+        # imported here so that inference does not depend on the assigner module
+        from yolox_fast.models.losses import yolox_loss
+
+        raw_reg = out[..., :4]
+        # boxes are decoded in fp32 even under AMP: exp() of fp16 offsets overflows early in training
+        grids, strides = self.grids_and_strides(sizes, out.device, torch.float32)
+        reg = raw_reg.float()
+        pred_boxes = torch.cat(
+            [(reg[..., :2] + grids) * strides[:, None], torch.exp(reg[..., 2:4]) * strides[:, None]], dim=-1
+        )  # (N, A, 4) cx, cy, w, h px
+        return yolox_loss(
+            pred_boxes,
+            out[..., 4:5],
+            out[..., 5:],
+            raw_reg,
+            grids,
+            strides,
+            labels,
+            use_l1=self.use_l1,
+            center_radius=self.center_radius,
+            topk=self.topk,
+            max_bytes=self.max_bytes,
+        )

@@ -1,0 +1,206 @@
+"""Building blocks of YOLOX: conv-BN-act, depthwise conv, CSP bottlenecks, SPP and the Focus stem.
+
+Attribute names (conv, bn, dconv, pconv, conv1..conv3, m, layer1/2) are those of official YOLOX, so
+the state_dict keys of every model built from these blocks match official checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+ACTIVATIONS = ("silu", "relu", "lrelu")
+
+
+def get_activation(name: str = "silu", inplace: bool = True) -> nn.Module:
+    """The activation module called `name`: "silu", "relu" or "lrelu" (LeakyReLU, slope 0.1, as YOLOX)."""
+    if name == "silu":
+        return nn.SiLU(inplace=inplace)
+    if name == "relu":
+        return nn.ReLU(inplace=inplace)
+    if name == "lrelu":
+        return nn.LeakyReLU(0.1, inplace=inplace)
+    raise ValueError(f"unsupported activation {name!r}; choose one of {', '.join(ACTIVATIONS)}")
+
+
+class BaseConv(nn.Module):
+    """Conv2d (no bias, 'same' padding) -> BatchNorm2d -> activation. (N, Cin, H, W) -> (N, Cout, H/s, W/s).
+
+    `fuse_model` (utils/boxes.py) folds `bn` into `conv` and replaces it by an identity.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        ksize: int,
+        stride: int,
+        groups: int = 1,
+        bias: bool = False,
+        act: str = "silu",
+    ) -> None:
+        super().__init__()
+        pad = (ksize - 1) // 2
+        self.conv = nn.Conv2d(
+            in_channels, out_channels, kernel_size=ksize, stride=stride, padding=pad, groups=groups, bias=bias
+        )
+        self.bn: nn.Module = nn.BatchNorm2d(out_channels)
+        self.act = get_activation(act, inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.conv(x)))
+
+
+class DWConv(nn.Module):
+    """Depthwise-separable conv: a ksize depthwise BaseConv then a 1x1 pointwise BaseConv."""
+
+    def __init__(self, in_channels: int, out_channels: int, ksize: int, stride: int = 1, act: str = "silu"):
+        super().__init__()
+        self.dconv = BaseConv(in_channels, in_channels, ksize, stride, groups=in_channels, act=act)
+        self.pconv = BaseConv(in_channels, out_channels, 1, 1, groups=1, act=act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pconv(self.dconv(x))
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce then 3x3 conv, with a residual add when `shortcut` and the channel counts agree."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        shortcut: bool = True,
+        expansion: float = 0.5,
+        depthwise: bool = False,
+        act: str = "silu",
+    ) -> None:
+        super().__init__()
+        hidden = int(out_channels * expansion)
+        conv = DWConv if depthwise else BaseConv
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv2 = conv(hidden, out_channels, 3, 1, act=act)
+        self.use_add = shortcut and in_channels == out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv2(self.conv1(x))
+        return y + x if self.use_add else y
+
+
+class ResLayer(nn.Module):
+    """Darknet-53 residual block: halve channels with a 1x1, restore with a 3x3, add (LeakyReLU)."""
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        mid = in_channels // 2
+        self.layer1 = BaseConv(in_channels, mid, ksize=1, stride=1, act="lrelu")
+        self.layer2 = BaseConv(mid, in_channels, ksize=3, stride=1, act="lrelu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.layer2(self.layer1(x))
+
+
+class SPPBottleneck(nn.Module):
+    """Spatial pyramid pooling (YOLOv3-SPP): concat of stride-1 max pools of several sizes, then 1x1."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_sizes: Sequence[int] = (5, 9, 13),
+        activation: str = "silu",
+    ) -> None:
+        super().__init__()
+        hidden = in_channels // 2
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=activation)
+        self.m = nn.ModuleList([nn.MaxPool2d(kernel_size=k, stride=1, padding=k // 2) for k in kernel_sizes])
+        self.conv2 = BaseConv(hidden * (len(kernel_sizes) + 1), out_channels, 1, 1, act=activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv1(x)
+        x = torch.cat([x] + [pool(x) for pool in self.m], dim=1)
+        return self.conv2(x)
+
+
+class CSPLayer(nn.Module):
+    """C3 block of CSPNet: two 1x1 branches, `n` bottlenecks on the first, concat, 1x1 fuse."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        n: int = 1,
+        shortcut: bool = True,
+        expansion: float = 0.5,
+        depthwise: bool = False,
+        act: str = "silu",
+    ) -> None:
+        super().__init__()
+        hidden = int(out_channels * expansion)
+        self.conv1 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv2 = BaseConv(in_channels, hidden, 1, 1, act=act)
+        self.conv3 = BaseConv(2 * hidden, out_channels, 1, 1, act=act)
+        self.m = nn.Sequential(
+            *[Bottleneck(hidden, hidden, shortcut, 1.0, depthwise, act=act) for _ in range(n)]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1 = self.m(self.conv1(x))
+        x2 = self.conv2(x)
+        return self.conv3(torch.cat((x1, x2), dim=1))
+
+
+class Focus(nn.Module):
+    """Space-to-depth stem: (N, C, H, W) -> (N, 4C, H/2, W/2) -> BaseConv.
+
+    The four pixel phases are stacked in YOLOX's order (top-left, bottom-left, top-right,
+    bottom-right); another order would silently scramble the first conv of official checkpoints.
+    """
+
+    def __init__(
+        self, in_channels: int, out_channels: int, ksize: int = 1, stride: int = 1, act: str = "silu"
+    ):
+        super().__init__()
+        self.conv = BaseConv(in_channels * 4, out_channels, ksize, stride, act=act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        top_left = x[..., ::2, ::2]
+        top_right = x[..., ::2, 1::2]
+        bot_left = x[..., 1::2, ::2]
+        bot_right = x[..., 1::2, 1::2]
+        return self.conv(torch.cat((top_left, bot_left, top_right, bot_right), dim=1))
+
+
+@contextmanager
+def _frozen_bn_stats(module: nn.Module) -> Iterator[None]:
+    """Restore BatchNorm running statistics after the block runs.
+
+    Checkpointing recomputes a block's forward during backward; in training mode that second pass
+    would update running_mean/var and num_batches_tracked a second time.
+    """
+    saved = [
+        (buf, buf.clone())
+        for m in module.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        for buf in (m.running_mean, m.running_var, m.num_batches_tracked)
+        if buf is not None
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buf, value in saved:
+                buf.copy_(value)
+
+
+def run_block(module: nn.Module, x: torch.Tensor, grad_checkpointing: bool) -> torch.Tensor:
+    """`module(x)`, through activation checkpointing when asked and useful (training with grad enabled)."""
+    if grad_checkpointing and module.training and torch.is_grad_enabled():
+        return checkpoint(
+            module, x, use_reentrant=False, context_fn=lambda: (nullcontext(), _frozen_bn_stats(module))
+        )
+    return module(x)

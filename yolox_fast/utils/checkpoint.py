@@ -1,0 +1,176 @@
+"""Checkpoint I/O: safe loading (weights_only), tolerant or strict weight loading, atomic saving.
+
+A checkpoint is either a raw state_dict or a dict with the state_dict under "model" (official YOLOX
+and our trainer), plus optional plain-data entries (epoch, optimizer state, best AP, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from loguru import logger
+from tabulate import tabulate
+from torch import nn
+
+__all__ = ["load_checkpoint", "load_model_weights", "model_state_dict", "save_checkpoint"]
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with `torch.load(weights_only=True)`: tensors and plain data only, no pickled code.
+
+    Raises FileNotFoundError for a missing file and RuntimeError naming the file when it is
+    truncated, corrupt or holds objects that weights_only loading refuses.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        # garbage bytes read as pickle opcodes also fail inside the weights-only unpickler
+        if "weights only" not in str(e).lower() or "Unsupported operand" in str(e):
+            raise _corrupt(path, e) from e
+        reason = next(
+            (ln.strip() for ln in str(e).splitlines() if "Unsupported" in ln), str(e).splitlines()[0]
+        )
+        raise RuntimeError(
+            f"checkpoint {path} holds objects that weights_only loading refuses (pickled classes or code); "
+            f"re-save it with plain tensors, numbers, strings, lists and dicts only. torch said: {reason}"
+        ) from e
+    except Exception as e:  # torch reports damaged files as RuntimeError, EOFError, KeyError, ... by format
+        raise _corrupt(path, e) from e
+    if not isinstance(ckpt, dict):
+        raise TypeError(f"checkpoint {path} holds a {type(ckpt).__name__}, expected a dict")
+    return ckpt
+
+
+def _corrupt(path: Path, error: Exception) -> RuntimeError:
+    detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return RuntimeError(
+        f"cannot read checkpoint {path} ({path.stat().st_size} bytes): the file is truncated or corrupt "
+        f"(an interrupted download, copy or save?). torch said: {detail}"
+    )
+
+
+def model_state_dict(ckpt: Mapping[str, Any]) -> Mapping[str, torch.Tensor]:
+    """The model weights of a checkpoint: ckpt["model"] if present, else the checkpoint itself.
+
+    A "module." prefix left by saving a DistributedDataParallel wrapper is removed.
+    """
+    state = ckpt["model"] if isinstance(ckpt.get("model"), Mapping) else ckpt
+    if state and all(k.startswith("module.") for k in state):
+        state = OrderedDict((k[len("module.") :], v) for k, v in state.items())
+    return state
+
+
+def _shape(t: Any) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else "-"
+
+
+def _class_count_hint(mismatched: list[str], state: Mapping[str, torch.Tensor], model_state: Mapping) -> str:
+    """'checkpoint was trained for N classes, exp has M' when the classifier is what differs."""
+    for key in mismatched:
+        if ".cls_preds." in key and key.endswith(".weight"):
+            trained, wanted = state[key].shape[0], model_state[key].shape[0]
+            return f"checkpoint was trained for {trained} classes, exp has {wanted}; "
+    return ""
+
+
+def load_model_weights(model: nn.Module, state_dict: Mapping[str, Any], strict: bool = False) -> list[str]:
+    """Copy weights into `model`; returns the model keys left at their current values.
+
+    `state_dict` may be a raw state_dict or a full checkpoint (see `model_state_dict`).
+    strict=False (fine-tuning): tensors whose shape differs (e.g. cls_preds for another number of
+    classes) and keys present on one side only are skipped, with a warning table listing them.
+    strict=True (eval, demo, resume): any such difference raises a RuntimeError naming the tensors.
+    """
+    state = model_state_dict(state_dict)
+    model_state = model.state_dict()
+    mismatched = [k for k in model_state if k in state and state[k].shape != model_state[k].shape]
+    missing = [k for k in model_state if k not in state]
+    unexpected = [k for k in state if k not in model_state]
+    rows = (
+        [(k, _shape(state[k]), _shape(model_state[k]), "shape mismatch") for k in mismatched]
+        + [(k, "-", _shape(model_state[k]), "missing in checkpoint") for k in missing]
+        + [(k, _shape(state[k]), "-", "not in model") for k in unexpected]
+    )
+    table = tabulate(rows, headers=["name", "checkpoint shape", "model shape", "problem"]) if rows else ""
+
+    if strict and rows:
+        raise RuntimeError(
+            f"{_class_count_hint(mismatched, state, model_state)}checkpoint does not match the model "
+            f"({len(mismatched)} shape mismatches, {len(missing)} missing, "
+            f"{len(unexpected)} unexpected):\n{table}"
+        )
+    loadable = {k: v for k, v in state.items() if k in model_state and k not in mismatched}
+    model.load_state_dict(loadable, strict=False)
+    if rows:
+        logger.warning(
+            f"{_class_count_hint(mismatched, state, model_state)}loaded {len(loadable)}/{len(model_state)} "
+            f"tensors; these were skipped:\n{table}"
+        )
+    return mismatched + missing
+
+
+# exact types: numpy scalars subclass float/int but need arbitrary unpickling to load
+_SAFE_LEAF_TYPES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def _check_weights_only_safe(obj: Any, where: str = "state") -> None:
+    """Raise TypeError naming the first entry that `torch.load(weights_only=True)` could not read back."""
+    if isinstance(obj, torch.Tensor) or type(obj) in _SAFE_LEAF_TYPES:
+        return
+    if type(obj) in (dict, OrderedDict):
+        for k, v in obj.items():
+            if type(k) not in (str, int):
+                raise TypeError(f"checkpoint key {where}[{k!r}] is a {type(k).__name__}; use str or int keys")
+            _check_weights_only_safe(v, f"{where}[{k!r}]")
+        return
+    if type(obj) in (list, tuple, torch.Size):
+        for i, v in enumerate(obj):
+            _check_weights_only_safe(v, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"checkpoint entry {where} is a {type(obj).__module__}.{type(obj).__name__}; checkpoints hold only "
+        "tensors, numbers, strings, lists and dicts so that they load with weights_only=True"
+    )
+
+
+def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write `state` to `path` atomically: a crash mid-write leaves the previous file intact.
+
+    The bytes go to a temporary file in the same directory, are flushed and fsynced, then renamed
+    over `path` (atomic on POSIX and Windows), and the directory is fsynced so the rename persists.
+    """
+    _check_weights_only_safe(state)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    if os.name != "posix":  # directories cannot be opened for fsync on Windows; rename is durable there
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
