@@ -1,0 +1,197 @@
+"""Draw SimOTA's assignment on training images: each GT box and the centres of the anchors it was given.
+
+    python tools/visualize_assign.py -f exps/example/shapes_nano.py -c best_ckpt.pth -o assign_vis/
+    python tools/visualize_assign.py -n yolox-s -b 4 --no-aug
+
+A batch from the exp's training loader (mosaic on unless --no-aug) goes through the model in train mode,
+exactly as in training; the head's predictions are captured at the loss and assigned with
+`simota_assign`. One PNG per image: every GT in its own colour, its anchors as dots of that colour
+(radius about stride / 5 px, times --scale: bigger dots for coarser levels), and "k" = its number
+of anchors next to the box.
+Without -c the weights are random (as at the start of training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import colorsys
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from loguru import logger
+
+from yolox_fast.exp import get_exp
+from yolox_fast.models import losses
+from yolox_fast.models.simota import SimOTAResult, simota_assign
+from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, model_state_dict
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser("yolox_fast SimOTA assignment visualiser")
+    p.add_argument("-f", "--exp_file", default=None, help="experiment file")
+    p.add_argument("-n", "--name", default=None, help="model name, e.g. yolox-s")
+    p.add_argument("-c", "--ckpt", default=None, help="checkpoint (ours or official YOLOX)")
+    p.add_argument("-b", "--batch-size", type=int, default=4, help="images to draw")
+    p.add_argument("-o", "--output-dir", default="assign_vis", help="where the PNGs go")
+    p.add_argument("--no-aug", action="store_true", help="plain letterboxed images instead of mosaic")
+    p.add_argument(
+        "--scale", type=float, default=2.0, help="drawing magnification (small inputs are hard to read)"
+    )
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("opts", nargs=argparse.REMAINDER, help="exp overrides: KEY VALUE ...")
+    return p
+
+
+def gt_color(index: int) -> tuple:
+    """A BGR colour per GT index; golden-ratio hue steps keep neighbouring GTs apart."""
+    r, g, b = colorsys.hsv_to_rgb((index * 0.618033988749895) % 1.0, 0.9, 1.0)
+    return int(255 * b), int(255 * g), int(255 * r)
+
+
+@contextlib.contextmanager
+def capture_loss_inputs() -> Iterator[dict[str, object]]:
+    """Record the arguments the head passes to `yolox_loss` (the head looks it up at call time)."""
+    captured: dict[str, object] = {}
+    real = losses.yolox_loss
+
+    def recording(*args, **kwargs):
+        names = ("pred_boxes", "obj_logits", "cls_logits", "raw_reg", "grids", "strides", "labels")
+        captured.update(zip(names, args))
+        captured.update(kwargs)
+        return real(*args, **kwargs)
+
+    losses.yolox_loss = recording
+    try:
+        yield captured
+    finally:
+        losses.yolox_loss = real
+
+
+def assign_batch(model: torch.nn.Module, imgs: torch.Tensor, targets: torch.Tensor):
+    """Run the model in train mode on the batch; return the captured loss inputs and their assignment."""
+    model.train()
+    with torch.no_grad(), capture_loss_inputs() as seen:
+        model(imgs, targets)
+    anchor_points = (seen["grids"] + 0.5) * seen["strides"][:, None]
+    labels = seen["labels"]
+    result = simota_assign(
+        seen["pred_boxes"],
+        seen["cls_logits"],
+        seen["obj_logits"],
+        anchor_points,
+        seen["strides"],
+        labels[..., 1:5],
+        labels[..., 0].long(),
+        labels.sum(-1) > 0,
+        center_radius=seen.get("center_radius", 1.5),
+        topk=seen.get("topk", 10),
+        max_bytes=seen.get("max_bytes"),
+    )
+    return anchor_points, seen["strides"], result
+
+
+def draw_assignment(
+    img: np.ndarray,
+    labels: np.ndarray,
+    anchor_points: np.ndarray,
+    strides: np.ndarray,
+    fg: np.ndarray,
+    matched: np.ndarray,
+    class_names,
+    scale: float = 1.0,
+) -> np.ndarray:
+    """BGR uint8 img (H, W, 3) magnified by `scale`, with GT boxes (labels (M, 5) [cls, cx, cy, w, h] px,
+    zero rows = padding) and, per GT, dots at its anchors (fg (A,) bool, matched (A,) GT index,
+    anchor_points (A, 2) px, strides (A,)) in the GT's colour."""
+    out = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
+    anchor_points = anchor_points * scale
+    for g, (cls, cx, cy, w, h) in enumerate(labels):
+        if cls + cx + cy + w + h <= 0:
+            continue
+        cx, cy, w, h = cx * scale, cy * scale, w * scale, h * scale
+        color = gt_color(g)
+        p1 = (round(cx - w / 2), round(cy - h / 2))
+        cv2.rectangle(out, p1, (round(cx + w / 2), round(cy + h / 2)), color, 1)
+        mine = fg & (matched == g)
+        for (x, y), s in zip(anchor_points[mine], strides[mine]):
+            radius = max(2, round(scale * s / 5))
+            cv2.circle(out, (round(x), round(y)), radius, color, -1, cv2.LINE_AA)
+        name = class_names[int(cls)] if 0 <= int(cls) < len(class_names) else str(int(cls))
+        cv2.putText(
+            out,
+            f"{name} k={int(mine.sum())}",
+            (p1[0], max(10, p1[1] - 3)),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.35,
+            color,
+            1,
+            cv2.LINE_AA,
+        )
+    return out
+
+
+def save_images(
+    out_dir: Path,
+    imgs: torch.Tensor,
+    targets: torch.Tensor,
+    anchor_points: torch.Tensor,
+    strides: torch.Tensor,
+    result: SimOTAResult,
+    class_names,
+    scale: float,
+) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points, strides = anchor_points.cpu().numpy(), strides.cpu().numpy()
+    for i in range(imgs.shape[0]):
+        img = imgs[i].permute(1, 2, 0).clamp(0, 255).byte().cpu().numpy()  # BGR, as the loader gives it
+        drawn = draw_assignment(
+            np.ascontiguousarray(img),
+            targets[i].cpu().numpy(),
+            points,
+            strides,
+            result.fg_mask[i].cpu().numpy(),
+            result.matched_gt[i].cpu().numpy(),
+            class_names,
+            scale,
+        )
+        path = out_dir / f"assign_{i:03d}.png"
+        cv2.imwrite(str(path), drawn)
+        logger.info(
+            f"{path}: {int((targets[i].sum(-1) > 0).sum())} GTs, {int(result.fg_mask[i].sum())} anchors"
+        )
+
+
+def main(argv=None) -> None:
+    args = make_parser().parse_args(argv)
+    exp = get_exp(args.exp_file, args.name)
+    exp.merge(args.opts)
+    device = torch.device("cuda" if args.device == "gpu" else "cpu")
+    model = exp.get_model().to(device)
+    if args.ckpt:
+        skipped = load_model_weights(model, model_state_dict(load_checkpoint(args.ckpt)))
+        logger.info(f"loaded {args.ckpt}" + (f" ({len(skipped)} tensors skipped)" if skipped else ""))
+    loader = exp.get_data_loader(args.batch_size, is_distributed=False, no_aug=args.no_aug)
+    imgs, targets, _, _ = next(iter(loader))
+    imgs, targets = imgs.to(device), targets.to(device)
+    anchor_points, strides, result = assign_batch(model, imgs, targets)
+    save_images(
+        Path(args.output_dir),
+        imgs,
+        targets,
+        anchor_points,
+        strides,
+        result,
+        loader.dataset.class_names,
+        args.scale,
+    )
+    logger.info(
+        f"{result.num_fg} foreground anchors for {int((targets.sum(-1) > 0).sum())} GTs -> {args.output_dir}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""Benchmark: batched `simota_assign` against the per-image reference, in the same process.
+
+    python tools/benchmark.py simota                       # CPU: N in 8 32 64 256, 416 and 640 px
+    python tools/benchmark.py simota --device cuda --full  # also time the N=256 reference
+    python tools/benchmark.py simota --budget              # N=256, 640 px, 120 GTs within 1 GiB
+
+Inputs are random but shaped like training: 5-40 GTs per image (padded to 120) with log-uniform sizes,
+predicted boxes jittered around the GT they sit in, logits in the ranges a trained head produces.
+
+Peak memory is the extra memory above what was live before the call:
+- CUDA: torch.cuda.max_memory_allocated() after reset_peak_memory_stats();
+- CPU: the kernel's resident-set high-water mark (VmHWM, reset through /proc/self/clear_refs) minus
+  the resident set before the call, with glibc told to serve every block over 64 KiB by mmap and to
+  trim freed memory, so freed tensors leave the resident set at once and cannot be silently reused.
+  Memory runs are separate from timed runs (the mmap setting slows allocation down).
+Times are the fastest of the repeats (after a warm-up call). When the CPU reference at N=256 is not
+timed (without --full), its time is estimated from the first `--est-images` images scaled to N and
+marked "est."; its memory is always measured on the whole batch (one call).
+The extra memory includes the (N, A) outputs, which both versions allocate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import math
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import torch
+from loguru import logger
+from tabulate import tabulate
+
+from yolox_fast.models.simota import simota_assign, simota_assign_reference
+
+STRIDES = (8, 16, 32)
+
+
+def anchor_grid(size: int, device="cpu"):
+    """Anchor centres (A, 2) px and strides (A,) of a size x size input, YOLOX's level/row-major order."""
+    points, strides = [], []
+    for s in STRIDES:
+        n = size // s
+        ys, xs = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        grid = torch.stack([xs, ys], dim=-1).reshape(-1, 2).float()
+        points.append((grid + 0.5) * s)
+        strides.append(torch.full((n * n,), float(s)))
+    return torch.cat(points).to(device), torch.cat(strides).to(device)
+
+
+def make_inputs(
+    num_images: int,
+    size: int,
+    num_classes: int = 80,
+    min_gt: int = 5,
+    max_gt: int = 40,
+    pad_to: int = 120,
+    seed: int = 0,
+    device="cpu",
+) -> dict[str, torch.Tensor]:
+    """Random batch in `simota_assign`'s argument layout (see the module docstring for the recipe)."""
+    gen = torch.Generator().manual_seed(seed)
+    points, strides = anchor_grid(size)
+    num_anchors = points.shape[0]
+    counts = torch.randint(min_gt, max_gt + 1, (num_images,), generator=gen)
+    gt_mask = torch.arange(pad_to)[None] < counts[:, None]  # (N, G)
+    wh = torch.exp(
+        torch.empty(num_images, pad_to, 2).uniform_(math.log(6), math.log(size * 0.6), generator=gen)
+    )
+    centre = torch.rand(num_images, pad_to, 2, generator=gen) * size
+    gt_boxes = torch.cat([centre, wh], dim=-1) * gt_mask[..., None]
+    gt_classes = torch.randint(0, num_classes, (num_images, pad_to), generator=gen) * gt_mask
+
+    # Each anchor "belongs" to the valid GT whose centre is nearest in units of that GT's size.
+    near_dist = torch.empty(num_images, num_anchors)
+    near = torch.empty(num_images, num_anchors, dtype=torch.long)
+    for i in range(num_images):  # per image: (A, G, 2) at a time
+        rel = (points[:, None] - centre[i, None]) / wh[i, None]
+        dist = rel.abs().amax(-1).masked_fill(~gt_mask[i, None], float("inf"))
+        torch.min(dist, dim=-1, out=(near_dist[i], near[i]))
+    inside = near_dist < 0.5
+    near_wh = torch.gather(wh, 1, near[..., None].expand(-1, -1, 2))
+    jitter = torch.randn(num_images, num_anchors, 4, generator=gen)
+    pred_xy = points[None] + jitter[..., :2] * strides[None, :, None] * 0.7
+    fallback_wh = strides[None, :, None] * torch.exp(1.0 + 0.5 * jitter[..., 2:])
+    pred_wh = torch.where(inside[..., None], near_wh * torch.exp(0.3 * jitter[..., 2:]), fallback_wh)
+    cls_logits = torch.randn(num_images, num_anchors, num_classes, generator=gen) * 1.5 - 5.0
+    near_cls = torch.gather(gt_classes, 1, near)
+    boost = inside.float() * (2.0 + 2.0 * torch.rand(num_images, num_anchors, generator=gen))
+    cls_logits.scatter_add_(2, near_cls[..., None], boost[..., None])
+    obj_logits = torch.randn(num_images, num_anchors, 1, generator=gen) * 2.0 - 4.0 + 4.0 * inside[..., None]
+    batch = {
+        "pred_boxes": torch.cat([pred_xy, pred_wh], -1),
+        "cls_logits": cls_logits,
+        "obj_logits": obj_logits,
+        "anchor_points": points,
+        "strides": strides,
+        "gt_boxes": gt_boxes,
+        "gt_classes": gt_classes,
+        "gt_mask": gt_mask,
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Fastest of `repeats` calls after one warm-up call, in seconds: on a shared machine the noise is
+    other processes' load, which only ever adds time."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+class _CpuPeak:
+    """Resident-set high-water mark of this process above its level at `start()` (see module docstring)."""
+
+    def __init__(self) -> None:
+        self.libc = ctypes.CDLL("libc.so.6")
+        self.libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: fixed, which also stops glibc raising it
+        self.libc.mallopt(-1, 0)  # M_TRIM_THRESHOLD: give freed heap top back at once
+
+    @staticmethod
+    def _status_kib(field: str) -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1])
+        raise RuntimeError(f"{field} not in /proc/self/status")
+
+    def start(self) -> None:
+        gc.collect()
+        self.libc.malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        self.base = self._status_kib("VmRSS:")
+
+    def stop(self) -> int:
+        return (self._status_kib("VmHWM:") - self.base) * 1024
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device, cpu_peak: _CpuPeak | None) -> int:
+    """Extra memory at the peak of one call of fn."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
+    cpu_peak.start()
+    fn()
+    return cpu_peak.stop()
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.1f}"
+
+
+def _slice(batch: dict[str, torch.Tensor], n: int) -> dict[str, torch.Tensor]:
+    shared = ("anchor_points", "strides")
+    return {k: (v if k in shared else v[:n]) for k, v in batch.items()}
+
+
+def run_table(
+    sizes: Sequence[int],
+    batch_sizes: Sequence[int],
+    num_classes: int,
+    device: torch.device,
+    repeats: int,
+    full: bool,
+    est_images: int,
+    max_bytes: int | None,
+) -> list[list]:
+    rows = []
+    timed = {}
+    for size in sizes:
+        batch_all = make_inputs(max(batch_sizes), size, num_classes, device=device)
+        for n in batch_sizes:
+            batch = _slice(batch_all, n)
+            fast = time_call(partial(simota_assign, **batch, max_bytes=max_bytes), device, repeats)
+            estimate = device.type == "cpu" and n >= 256 and not full
+            ref_repeats = max(2, repeats // 2)
+            if estimate:
+                sub = _slice(batch_all, est_images)
+                ref = time_call(partial(simota_assign_reference, **sub), device, ref_repeats) * n / est_images
+            else:
+                ref = time_call(partial(simota_assign_reference, **batch), device, ref_repeats)
+            timed[(size, n)] = (ref, fast, estimate)
+            logger.info(f"{size} px N={n}: reference {ref:.4f} s, batched {fast:.4f} s")
+    cpu_peak = _CpuPeak() if device.type == "cpu" else None
+    for size in sizes:
+        batch_all = make_inputs(max(batch_sizes), size, num_classes, device=device)
+        for n in batch_sizes:
+            batch = _slice(batch_all, n)
+            ref, fast, estimate = timed[(size, n)]
+            mem_fast = peak_bytes(partial(simota_assign, **batch, max_bytes=max_bytes), device, cpu_peak)
+            mem_ref = peak_bytes(
+                partial(simota_assign_reference, **batch), device, cpu_peak
+            )  # one call, always
+            tag = " (est.)" if estimate else ""
+            rows.append(
+                [
+                    n,
+                    size,
+                    f"{ref:.4f}{tag}",
+                    f"{fast:.4f}",
+                    f"{ref / fast:.1f}x{tag}",
+                    _mib(mem_ref),
+                    _mib(mem_fast),
+                    f"{mem_fast / max(mem_ref, 1):.2f}",
+                ]
+            )
+    return rows
+
+
+def run_budget(device: torch.device, budget: int, num_classes: int) -> None:
+    """N=256, 640 px, 120 GTs per image under a max_bytes budget: time and measured peak."""
+    batch = make_inputs(256, 640, num_classes, min_gt=120, max_gt=120, device=device)
+    cpu_peak = _CpuPeak() if device.type == "cpu" else None
+    t0 = time.perf_counter()
+    result = simota_assign(**batch, max_bytes=budget)
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    peak = peak_bytes(lambda: simota_assign(**batch, max_bytes=budget), device, cpu_peak)
+    print(
+        tabulate(
+            [
+                [
+                    256,
+                    640,
+                    120,
+                    _mib(budget),
+                    f"{seconds:.2f}",
+                    _mib(peak),
+                    f"{peak / budget:.2f}",
+                    result.num_fg,
+                ]
+            ],
+            headers=["N", "size", "GTs/img", "max_bytes MiB", "s/call", "peak MiB", "peak/budget", "num_fg"],
+            tablefmt="github",
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="benchmark.py simota", description=__doc__.split("\n")[0])
+    parser.add_argument("--batch-sizes", "-n", type=int, nargs="+", default=[8, 32, 64, 256])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[416, 640], help="square input sizes, px")
+    parser.add_argument("--classes", type=int, default=80)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed calls of the batched version (the fastest counts)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument(
+        "--full", action="store_true", help="time the CPU reference at N>=256 instead of estimating"
+    )
+    parser.add_argument(
+        "--est-images", type=int, default=16, help="images timed to estimate a skipped reference"
+    )
+    parser.add_argument("--max-bytes", type=int, default=None, help="simota_assign budget (default: its own)")
+    parser.add_argument(
+        "--budget", action="store_true", help="only the N=256 / 640 px / 120 GTs budget check"
+    )
+    parser.add_argument("--budget-bytes", type=int, default=2**30)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.budget:
+        run_budget(device, args.budget_bytes, args.classes)
+        return
+    rows = run_table(
+        args.sizes,
+        args.batch_sizes,
+        args.classes,
+        device,
+        args.repeats,
+        args.full,
+        args.est_images,
+        args.max_bytes,
+    )
+    print(
+        f"SimOTA on {device} ({torch.get_num_threads()} threads), {args.classes} classes, 5-40 GTs padded to 120"
+    )
+    print(
+        tabulate(
+            rows,
+            headers=[
+                "N",
+                "size",
+                "ref s/call",
+                "batched s/call",
+                "speed-up",
+                "ref peak MiB",
+                "batched peak MiB",
+                "mem ratio",
+            ],
+            tablefmt="github",
+        )
+    )

@@ -1,0 +1,147 @@
+"""The YOLOX training loss: SimOTA assignment, then IoU, objectness, class and (optionally) L1 losses."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from yolox_fast.models.simota import simota_assign, single_threaded_on_cpu
+from yolox_fast.utils import dist as dist_utils
+
+IOU_LOSS_WEIGHT = 5.0  # YOLOX's reg_weight
+L1_EPS = 1e-8
+
+
+def box_iou_aligned(pred: torch.Tensor, target: torch.Tensor, loss_type: str = "iou") -> torch.Tensor:
+    """IoU (or GIoU) of matching rows of pred (K, 4) and target (K, 4), both cx, cy, w, h -> (K,).
+
+    As YOLOX's IOUloss: union + 1e-16 in the denominator, GIoU's enclosing area clamped at 1e-16.
+    """
+    p_lo, p_hi = pred[:, :2] - pred[:, 2:] / 2, pred[:, :2] + pred[:, 2:] / 2
+    t_lo, t_hi = target[:, :2] - target[:, 2:] / 2, target[:, :2] + target[:, 2:] / 2
+    inter = (torch.min(p_hi, t_hi) - torch.max(p_lo, t_lo)).clamp(min=0).prod(dim=1)
+    union = pred[:, 2:].prod(dim=1) + target[:, 2:].prod(dim=1) - inter
+    iou = inter / (union + 1e-16)
+    if loss_type == "iou":
+        return iou
+    if loss_type == "giou":
+        enclosing = (torch.max(p_hi, t_hi) - torch.min(p_lo, t_lo)).prod(dim=1)
+        return iou - (enclosing - union) / enclosing.clamp(min=1e-16)
+    raise ValueError(f"unknown IoU loss type {loss_type!r} (iou, giou)")
+
+
+class IOUloss(nn.Module):
+    """YOLOX's box loss on cx, cy, w, h rows: "iou" -> 1 - IoU^2, "giou" -> 1 - clamp(GIoU, -1, 1).
+
+    reduction: "none" (K,), "mean" or "sum".
+    """
+
+    def __init__(self, reduction: str = "none", loss_type: str = "iou"):
+        super().__init__()
+        if reduction not in ("none", "mean", "sum"):
+            raise ValueError(f"unknown reduction {reduction!r}")
+        self.reduction = reduction
+        self.loss_type = loss_type
+
+    def forward(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        iou = box_iou_aligned(pred.reshape(-1, 4), target.reshape(-1, 4), self.loss_type)
+        loss = 1 - iou**2 if self.loss_type == "iou" else 1 - iou.clamp(min=-1.0, max=1.0)
+        if self.reduction == "mean":
+            return loss.mean()
+        if self.reduction == "sum":
+            return loss.sum()
+        return loss
+
+
+_iou_loss = IOUloss(reduction="sum", loss_type="iou")
+
+
+def yolox_loss(
+    pred_boxes: torch.Tensor,
+    obj_logits: torch.Tensor,
+    cls_logits: torch.Tensor,
+    raw_reg: torch.Tensor,
+    grids: torch.Tensor,
+    strides: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    use_l1: bool,
+    center_radius: float = 1.5,
+    topk: int = 10,
+    max_bytes: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """YOLOX loss of a batch.
+
+    pred_boxes (N, A, 4) decoded cx, cy, w, h px; obj_logits (N, A, 1); cls_logits (N, A, C) raw logits;
+    raw_reg (N, A, 4) regression outputs before decoding; grids (A, 2) cell indices (x, y); strides (A,);
+    labels (N, M, 5) [cls, cx, cy, w, h] px, padding rows all zero. Any float dtype; computed in fp32.
+
+    Each loss is a sum over the batch divided by the foreground count F = max(F_all / world_size, 1),
+    where F_all is the foreground count summed over DDP ranks. Under DDP's gradient averaging this is
+    exactly sum-over-all-ranks / F_all, i.e. what one process with the whole batch would compute.
+    Returns {"total_loss", "iou_loss", "conf_loss", "cls_loss", "l1_loss"} as 0-dim tensors, where
+    iou_loss already carries YOLOX's weight 5 (total = iou_loss + conf_loss + cls_loss + l1_loss), and
+    "num_fg": foreground anchors per ground truth on this rank (the figure YOLOX logs), a float.
+    """
+    device = pred_boxes.device
+    # Small ops only (the big ones are the fg rows): one thread on CPU, see single_threaded_on_cpu.
+    with torch.autocast(device.type, enabled=False), single_threaded_on_cpu(device):
+        pred_boxes, obj_logits, cls_logits = pred_boxes.float(), obj_logits.float(), cls_logits.float()
+        raw_reg, grids, strides, labels = raw_reg.float(), grids.float(), strides.float(), labels.float()
+        num_classes = cls_logits.shape[-1]
+        gt_mask = labels.sum(dim=2) > 0  # YOLOX: a label row is valid when it sums to > 0
+        anchor_points = (grids + 0.5) * strides[:, None]
+        assign = simota_assign(
+            pred_boxes.detach(),
+            cls_logits.detach(),
+            obj_logits.detach(),
+            anchor_points,
+            strides,
+            labels[..., 1:5],
+            labels[..., 0].long(),
+            gt_mask,
+            center_radius=center_radius,
+            topk=topk,
+            max_bytes=max_bytes,
+        )
+        fg = assign.fg_mask  # (N, A)
+        img_idx, anchor_idx = fg.nonzero(as_tuple=True)
+        matched = labels[img_idx, assign.matched_gt[img_idx, anchor_idx]]  # (F, 5)
+        box_target = matched[:, 1:5]
+        cls_target = F.one_hot(matched[:, 0].long(), num_classes).float() * assign.matched_iou[fg][:, None]
+
+        num_fg_all = dist_utils.all_reduce_sum(torch.tensor(float(assign.num_fg), device=device))
+        normaliser = torch.clamp(num_fg_all / dist_utils.get_world_size(), min=1.0)
+
+        iou_loss = _iou_loss(pred_boxes[fg], box_target) / normaliser
+        conf_loss = (
+            F.binary_cross_entropy_with_logits(obj_logits.reshape(fg.shape), fg.float(), reduction="sum")
+            / normaliser
+        )
+        cls_loss = (
+            F.binary_cross_entropy_with_logits(cls_logits[fg], cls_target, reduction="sum") / normaliser
+        )
+        if use_l1:
+            stride = strides[anchor_idx, None]
+            l1_target = torch.cat(
+                [
+                    box_target[:, :2] / stride - grids[anchor_idx],
+                    torch.log(box_target[:, 2:] / stride + L1_EPS),
+                ],
+                dim=1,
+            )
+            l1_loss = F.l1_loss(raw_reg[fg], l1_target, reduction="sum") / normaliser
+        else:
+            l1_loss = torch.zeros((), device=device)
+        iou_loss = IOU_LOSS_WEIGHT * iou_loss
+        total = iou_loss + conf_loss + cls_loss + l1_loss
+    num_gt = int(gt_mask.sum())
+    return {
+        "total_loss": total,
+        "iou_loss": iou_loss,
+        "conf_loss": conf_loss,
+        "cls_loss": cls_loss,
+        "l1_loss": l1_loss,
+        "num_fg": assign.num_fg / max(num_gt, 1),
+    }
