@@ -1,0 +1,36 @@
+"""Shared fixtures: tiny generated shapes datasets in COCO and VOC format (session-scoped, < 1 s each)."""
+import pytest
+
+from yolox_fast.data.datasets.synthetic import default_description, generate
+
+TINY = {"num_train": 24, "num_val": 8, "size": 128, "seed": 0, "max_objects": 6}
+
+
+def _tiny_shapes(tmp_path_factory, fmt: str) -> dict:
+    root = tmp_path_factory.mktemp(f"shapes_{fmt}") / "shapes"
+    generate(default_description(fmt, str(root), name=f"tiny_shapes_{fmt}"), TINY)
+    return {"config": str(root / "dataset.json"), "root": str(root), **TINY}
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes_coco(tmp_path_factory) -> dict:
+    """{"config": dataset.json path (use as exp.dataset), "root": ..., and the TINY sizes} of a COCO-format
+    shapes set: 24 train + 8 val images of 128 px, 6 classes."""
+    return _tiny_shapes(tmp_path_factory, "coco")
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes_voc(tmp_path_factory) -> dict:
+    """The same set as tiny_shapes_coco, written in VOC format (VOC2007/ImageSets/Main/{train,val}.txt)."""
+    return _tiny_shapes(tmp_path_factory, "voc")
+
+
+@pytest.fixture
+def log_lines():
+    """Messages logged through loguru while the test runs (a list that fills as it goes)."""
+    from loguru import logger
+
+    lines: list = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="DEBUG")
+    yield lines
+    logger.remove(sink)

@@ -1,0 +1,165 @@
+"""ImageCache: same pixels as uncached, rebuilt when stale or truncated, one shared copy across processes."""
+import json
+import multiprocessing as mp
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from yolox_fast.data import cache as cache_mod
+from yolox_fast.data.cache import build_cache
+from yolox_fast.data.config import load_dataset_config
+from yolox_fast.data.datasets.base import CorruptImageError
+from yolox_fast.data.datasets.coco import COCODataset
+from yolox_fast.data.mosaic import MosaicDetection
+from yolox_fast.exp import Exp
+
+
+@pytest.fixture
+def shm_dir(monkeypatch):
+    """A private folder inside /dev/shm for this test's ram caches, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="yolox_fast_test_", dir="/dev/shm"))
+    monkeypatch.setattr(cache_mod, "SHM_DIR", folder)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _dataset(root, size=(96, 96), **kw):
+    return COCODataset(str(root), "train2017", "instances_train2017.json", img_size=size, name="t", **kw)
+
+
+@pytest.fixture
+def tiny_root(tiny_shapes_coco):
+    return load_dataset_config(tiny_shapes_coco["config"])["root"]
+
+
+@pytest.mark.parametrize("mode", ["ram", "disk"])
+def test_cached_items_equal_uncached(mode, tiny_root, shm_dir, tmp_path):
+    plain, cached = _dataset(tiny_root, (96, 80)), _dataset(tiny_root, (96, 80))
+    cache = build_cache(cached, mode, cache_dir=str(tmp_path))
+    assert cache.path.parent == (shm_dir if mode == "ram" else tmp_path)
+    cached.attach_cache(cache)
+    for i in range(len(plain)):
+        a, b = plain.pull_item(i), cached.pull_item(i)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    kwargs = {"img_size": (96, 80), "mixup_prob": 1.0, "mosaic_prob": 1.0}
+    for item in [(True, 3, (0, 0, 1)), (True, 7, (0, 0, 2)), (False, 1, (0, 0, 3))]:  # whole training samples
+        a, b = MosaicDetection(plain, **kwargs)[item], MosaicDetection(cached, **kwargs)[item]
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_truncated_or_unfinished_cache_is_rebuilt(tiny_root, shm_dir, log_lines):
+    ds = _dataset(tiny_root)
+    first = build_cache(ds, "ram")
+    assert sum("building cache" in line for line in log_lines) == 1
+    build_cache(ds, "ram")
+    assert sum("building cache" in line for line in log_lines) == 1  # valid: mapped, not rebuilt
+
+    with open(first.path, "r+b") as f:
+        f.truncate(first.nbytes - 1000)
+    rebuilt = build_cache(ds, "ram")
+    assert sum("building cache" in line for line in log_lines) == 2
+    assert rebuilt.path.stat().st_size == first.nbytes
+
+    rebuilt.path.with_suffix(".json").unlink()  # a build killed before writing its completion marker ...
+    leftover = rebuilt.path.with_name(rebuilt.path.name + ".tmp-99999")  # ... and one killed mid-write
+    leftover.write_bytes(b"x" * 100)
+    again = build_cache(ds, "ram")
+    assert not leftover.exists()  # removed: in /dev/shm it would hold RAM until reboot
+    assert sum("building cache" in line for line in log_lines) == 3
+    ds.attach_cache(again)
+    np.testing.assert_array_equal(ds.pull_item(0)[0], _dataset(tiny_root).pull_item(0)[0])
+
+
+def test_key_changes_with_image_list_and_size(tiny_root, shm_dir, log_lines):
+    ds = _dataset(tiny_root)
+    a = build_cache(ds, "ram")
+    b = build_cache(_dataset(tiny_root, (64, 64)), "ram")
+    ds.records = ds.records[:-1]
+    c = build_cache(ds, "ram")
+    assert len({a.path, b.path, c.path}) == 3
+    assert any("other caches of dataset t" in line and a.path.name in line for line in log_lines)
+    meta = json.loads(c.path.with_suffix(".json").read_text())
+    assert meta["shape"] == [len(ds), 96, 96, 3]
+
+
+def test_not_enough_room_warns_with_numbers_or_fails_when_strict(tiny_root, shm_dir, monkeypatch, log_lines):
+    monkeypatch.setattr(cache_mod, "free_bytes", lambda mode, folder: (1000, "0.0 GiB free in test"))
+    assert build_cache(_dataset(tiny_root), "ram") is None
+    assert any("needs" in line and "GiB" in line and "WITHOUT a cache" in line for line in log_lines)
+    with pytest.raises(RuntimeError, match="needs .* GiB"):
+        build_cache(_dataset(tiny_root), "ram", strict=True)
+
+
+def test_exp_cache_argument_reaches_the_dataset(tiny_shapes_coco, shm_dir, monkeypatch, tmp_path):
+    exp = Exp()
+    exp.dataset, exp.num_classes, exp.input_size = tiny_shapes_coco["config"], 6, (64, 64)
+    assert exp.get_dataset(cache=True).cache.path.parent == shm_dir
+    assert exp.get_dataset().cache is None
+    monkeypatch.setattr(cache_mod, "free_bytes", lambda mode, folder: (0, "none"))
+    exp.cache_strict, exp.cache_dir = True, str(tmp_path)
+    with pytest.raises(RuntimeError):
+        exp.get_dataset(cache="disk")
+
+
+def test_corrupt_image_in_cache_build(tiny_root, tmp_path, shm_dir):
+    root = tmp_path / "copy"
+    shutil.copytree(tiny_root, root)
+    (root / "train2017" / "000003.jpg").write_bytes(b"garbage")
+    with pytest.raises(CorruptImageError, match="000003.jpg"):
+        build_cache(_dataset(root), "ram")
+    assert not list(shm_dir.glob("*.json")) and not list(shm_dir.glob("*.tmp-*"))  # nothing half-built kept
+    ds = _dataset(root, skip_corrupt=True)
+    ds.attach_cache(build_cache(ds, "ram"))
+    assert not ds.cache.ok[2] and ds.pull_item(2)[3] == 4  # skipped: the next image stands in
+
+
+def _smaps_entry(pid: int, path: str) -> dict:
+    """Summed kB fields of `path`'s mappings in /proc/<pid>/smaps."""
+    fields: dict = {}
+    inside = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            inside = line.endswith(path)
+        elif inside and len(head) >= 3 and head[2] == "kB":
+            fields[head[0].rstrip(":")] = fields.get(head[0].rstrip(":"), 0) + int(head[1])
+    return fields
+
+
+def _reader(blob: bytes, ready, done) -> None:
+    cache = pickle.loads(blob)  # as a spawned loader worker receives it: metadata only, then maps the file
+    total = sum(int(cache.get(i)[0, 0, 0]) for i in range(cache.shape[0]))
+    np.asarray(cache.array).sum()  # touch every page
+    ready.put(total)
+    done.wait(30)
+
+
+def test_two_processes_share_one_copy(tiny_root, shm_dir):
+    ds = _dataset(tiny_root, (128, 128))
+    cache = build_cache(ds, "ram")
+    blob = pickle.dumps(cache)
+    assert len(blob) < cache.nbytes / 20  # the pages do not travel with the object
+    ctx = mp.get_context("fork")
+    ready, done = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_reader, args=(blob, ready, done)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        assert ready.get(timeout=30) == ready.get(timeout=30)
+        stats = [_smaps_entry(p.pid, str(cache.path)) for p in procs]
+    finally:
+        done.set()
+        for p in procs:
+            p.join(10)
+    pages_kb = cache.nbytes // 1024
+    for s in stats:
+        assert s["Rss"] >= 0.9 * pages_kb  # the whole cache is mapped in each process ...
+        assert s["Private_Dirty"] == 0 and s["Private_Clean"] == 0  # ... none of it a private copy ...
+        assert s["Shared_Clean"] + s["Shared_Dirty"] == s["Rss"]
+        assert s["Pss"] <= 0.55 * s["Rss"]  # ... and its proportional share is split between the two

@@ -1,0 +1,219 @@
+"""COCO / VOC datasets on generated shapes sets, the synthetic generator, configs, and bad input."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from yolox_fast.data.config import load_dataset_config
+from yolox_fast.data.datasets.base import CorruptImageError
+from yolox_fast.data.datasets.coco import COCODataset
+from yolox_fast.data.datasets.synthetic import (
+    MARKER,
+    SHAPE_NAMES,
+    default_description,
+    ensure_generated,
+    generate,
+    render_image,
+)
+from yolox_fast.data.datasets.voc import VOCDetection
+from yolox_fast.exp import Exp
+
+
+def _coco(info, split="train", **kw):
+    cfg = load_dataset_config(info["config"])
+    return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], img_size=(128, 128), **kw)
+
+
+def _voc(info, split="train", **kw):
+    cfg = load_dataset_config(info["config"])
+    return VOCDetection(cfg["root"], cfg[split]["sets"], cfg["class_names"], img_size=(128, 128), **kw)
+
+
+def _exp(info, **fields):
+    exp = Exp()
+    exp.dataset = info["config"]
+    exp.num_classes = 6
+    exp.input_size = exp.test_size = (128, 128)
+    exp.data_num_workers = 0
+    exp.seed = 0
+    for k, v in fields.items():
+        setattr(exp, k, v)
+    return exp
+
+
+def test_coco_and_voc_loaders_read_the_same_set(tiny_shapes_coco, tiny_shapes_voc):
+    coco, voc = _coco(tiny_shapes_coco), _voc(tiny_shapes_voc)
+    assert len(coco) == len(voc) == tiny_shapes_coco["num_train"]
+    for a, b in zip(coco.records, voc.records):
+        np.testing.assert_array_equal(a.boxes, b.boxes)  # VOC's 1-based inclusive boxes come back exactly
+        np.testing.assert_array_equal(a.classes, b.classes)
+        assert (a.height, a.width) == (b.height, b.width) == (128, 128)
+    img, labels, info, _ = coco.pull_item(3)
+    assert img.shape == (128, 128, 3) and img.dtype == np.uint8 and info == (128, 128)
+    np.testing.assert_allclose(labels[:, :4], coco.records[3].boxes)
+    assert len(_coco(tiny_shapes_coco, "val")) == len(_voc(tiny_shapes_voc, "val")) == tiny_shapes_coco["num_val"]
+
+
+def test_class_names_round_trip(tiny_shapes_coco, tiny_shapes_voc):
+    for info, fmt in ((tiny_shapes_coco, "coco"), (tiny_shapes_voc, "voc")):
+        exp = _exp(info)
+        assert exp.get_class_names() == SHAPE_NAMES
+        assert exp.get_dataset().class_names == SHAPE_NAMES
+        assert exp.get_eval_dataset().class_names == SHAPE_NAMES
+    coco = _coco(tiny_shapes_coco)
+    assert coco.class_ids == [1, 2, 3, 4, 5, 6]
+    assert [c["name"] for c in coco.coco.loadCats(coco.class_ids)] == list(SHAPE_NAMES)
+
+
+def test_coco_description_without_names_reads_categories(tiny_shapes_coco, tmp_path):
+    cfg = json.loads(Path(tiny_shapes_coco["config"]).read_text())
+    del cfg["class_names"]
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(cfg))
+    assert load_dataset_config(path)["class_names"] == list(SHAPE_NAMES)
+
+
+def test_eval_item_is_letterboxed_with_original_targets(tiny_shapes_coco):
+    ds = _exp(tiny_shapes_coco, test_size=(96, 64)).get_eval_dataset()
+    img, target, info, img_id = ds[0]
+    assert img.shape == (3, 96, 64) and img.dtype == np.float32
+    assert (img[:, 64:, :] == 114).all()  # 128x128 -> 64x64 pasted top-left, the rest is padding
+    assert info == (128, 128) and img_id == ds.records[0].img_id
+    np.testing.assert_array_equal(target[:, :4], ds.records[0].boxes)
+
+
+def test_unknown_config_name_lists_the_known_ones():
+    with pytest.raises(FileNotFoundError, match="shapes"):
+        load_dataset_config("no_such_dataset")
+
+
+def test_synthetic_is_deterministic_and_boxes_are_tight():
+    a = render_image(np.random.default_rng([7, 0, 1]), 160)
+    b = render_image(np.random.default_rng([7, 0, 1]), 160)
+    c = render_image(np.random.default_rng([8, 0, 1]), 160)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a[0], c[0])
+    boxes = a[1]
+    assert len(boxes) >= 1 and (boxes[:, 2:] - boxes[:, :2] >= 8 - 2).all()  # 8 px minimum side (rasterised)
+    assert (boxes >= 0).all() and (boxes <= 160).all()
+
+
+def test_synthetic_writes_every_shape_kind(tiny_shapes_coco):
+    classes = np.concatenate([r.classes for r in _coco(tiny_shapes_coco).records])
+    assert set(classes.tolist()) == set(range(len(SHAPE_NAMES)))
+
+
+def test_generation_is_redone_when_incomplete_or_resized(tmp_path):
+    cfg = default_description("coco", str(tmp_path / "s"))
+    cfg["synthetic"] = {"num_train": 3, "num_val": 2, "size": 64}
+    ensure_generated(cfg)
+    marker = tmp_path / "s" / MARKER
+    first = (tmp_path / "s" / "train2017" / "000001.jpg").read_bytes()
+    marker.unlink()  # what a generation killed before its final rename would look like
+    (tmp_path / "s.partial-99999").mkdir()  # and its leftover temp folder
+    ensure_generated(cfg)
+    assert marker.is_file() and (tmp_path / "s" / "train2017" / "000001.jpg").read_bytes() == first
+    cfg["synthetic"]["num_train"] = 4
+    ensure_generated(cfg)
+    assert len(list((tmp_path / "s" / "train2017").glob("*.jpg"))) == 4
+
+
+@pytest.fixture
+def coco_copy(tiny_shapes_coco, tmp_path):
+    """A writable copy of the tiny COCO set and its train annotation dict."""
+    root = tmp_path / "copy"
+    shutil.copytree(tiny_shapes_coco["root"], root)
+    ann_path = root / "annotations" / "instances_train2017.json"
+    return root, ann_path, json.loads(ann_path.read_text())
+
+
+def _reload(root, ann_path, ann, **kw):
+    ann_path.write_text(json.dumps(ann))
+    return COCODataset(str(root), "train2017", ann_path.name, img_size=(128, 128), **kw)
+
+
+def test_missing_image_names_the_file(coco_copy):
+    root, ann_path, ann = coco_copy
+    (root / "train2017" / "000002.jpg").unlink()
+    with pytest.raises(FileNotFoundError, match="000002.jpg"):
+        _reload(root, ann_path, ann)
+    assert len(_reload(root, ann_path, ann, skip_corrupt=True)) == len(ann["images"]) - 1
+
+
+def test_undecodable_image_names_the_file_or_is_skipped_and_counted(coco_copy, log_lines):
+    root, ann_path, ann = coco_copy
+    (root / "train2017" / "000001.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(CorruptImageError, match="000001.jpg"):
+        _reload(root, ann_path, ann).pull_item(0)
+    ds = _reload(root, ann_path, ann, skip_corrupt=True)
+    img, _labels, _, img_id = ds.pull_item(0)
+    assert img_id == 2 and ds.corrupt_skipped == 1
+    assert any("000001.jpg" in line and "skipped" in line for line in log_lines)
+    img, target, _, _ = ds[0]  # eval: a blank canvas, its ground truth kept
+    assert (img == 114).all() and len(target) == len(ds.records[0].boxes)
+
+
+def test_unknown_category_id_names_the_annotation(coco_copy):
+    root, ann_path, ann = coco_copy
+    ann["annotations"][4]["category_id"] = 99
+    with pytest.raises(ValueError, match=f"annotation id {ann['annotations'][4]['id']} .*99"):
+        _reload(root, ann_path, ann)
+
+
+def test_out_of_image_boxes_are_clipped_and_counted_once(coco_copy, log_lines):
+    root, ann_path, ann = coco_copy
+    ann["annotations"][0]["bbox"] = [100, 100, 50, 50]  # 128 px image: sticks out right and bottom
+    ann["annotations"][1]["bbox"] = [200, 5, 10, 10]  # entirely outside: nothing left
+    ds = _reload(root, ann_path, ann)
+    first_img = ann["annotations"][0]["image_id"]
+    rec = next(r for r in ds.records if r.img_id == first_img)
+    assert [100, 100, 128, 128] in rec.boxes.tolist()
+    warnings = [line for line in log_lines if "clipped" in line]
+    assert len(warnings) == 1 and "2 boxes" in warnings[0] and "1 boxes with no area" in warnings[0]
+    assert f"annotation id {ann['annotations'][0]['id']}" in warnings[0]
+
+
+def test_empty_coco_split_names_the_file(coco_copy):
+    root, ann_path, ann = coco_copy
+    ann["images"], ann["annotations"] = [], []
+    with pytest.raises(ValueError, match="instances_train2017.json.*no images"):
+        _reload(root, ann_path, ann)
+
+
+def test_voc_bad_input_names_the_file(tiny_shapes_voc, tmp_path):
+    root = tmp_path / "voc"
+    shutil.copytree(tiny_shapes_voc["root"], root)
+    main = root / "VOC2007" / "ImageSets" / "Main"
+    (main / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="empty.txt"):
+        VOCDetection(str(root), [("2007", "empty")], SHAPE_NAMES)
+    with pytest.raises(FileNotFoundError, match="nosuch.txt"):
+        VOCDetection(str(root), [("2007", "nosuch")], SHAPE_NAMES)
+    xml = root / "VOC2007" / "Annotations" / "train_000000.xml"
+    xml.write_text(xml.read_text().replace("<name>", "<name>hexagon_", 1))
+    with pytest.raises(ValueError, match="train_000000.xml.*hexagon_"):
+        VOCDetection(str(root), [("2007", "train")], SHAPE_NAMES)
+
+
+def test_exp_overrides_data_dir_and_ann(tiny_shapes_coco, tmp_path):
+    root = tmp_path / "moved"
+    shutil.copytree(tiny_shapes_coco["root"], root)
+    (root / "annotations" / "instances_val2017.json").rename(root / "annotations" / "my_val.json")
+    ds = _exp(tiny_shapes_coco, data_dir=str(root), val_ann="my_val.json").get_eval_dataset()
+    assert ds.ann_path == str(root / "annotations" / "my_val.json")
+
+
+def test_shipped_configs_load():
+    cfg = load_dataset_config("shapes")
+    assert cfg["class_names"] == list(SHAPE_NAMES) and cfg["synthetic"]["size"] == 320
+    assert load_dataset_config("voc")["format"] == "voc" and len(load_dataset_config("coco")["class_names"]) == 80
+
+
+def test_generate_writes_a_usable_description(tmp_path):
+    root = generate(default_description("voc", str(tmp_path / "v")), {"num_train": 2, "num_val": 1, "size": 64})
+    cfg = load_dataset_config(root / "dataset.json")
+    assert cfg["root"] == str(root) and "synthetic" not in cfg
+    assert len(VOCDetection(cfg["root"], cfg["val"]["sets"], cfg["class_names"])) == 1

@@ -1,0 +1,137 @@
+"""Samplers and loaders: disjoint seeded shards, resumable streams, close_mosaic with persistent workers."""
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from yolox_fast.data.loader import PadCollate
+from yolox_fast.data.sampler import InfiniteSampler, ShardSampler, YoloBatchSampler
+from yolox_fast.exp import Exp
+from yolox_fast.utils import dist as dist_utils
+
+
+def _take(it, n):
+    return list(itertools.islice(it, n))
+
+
+def test_infinite_sampler_ranks_are_disjoint_and_reshuffled_each_pass():
+    size, world = 23, 3
+    per = size // world
+    streams = [_take(iter(InfiniteSampler(size, seed=5, rank=r, world_size=world)), 3 * per) for r in range(world)]
+    for p in range(3):
+        shards = [set(s[p * per:(p + 1) * per]) for s in streams]
+        assert all(len(s) == per for s in shards)
+        assert not (shards[0] & shards[1]) and not (shards[1] & shards[2]) and not (shards[0] & shards[2])
+    assert streams[0][:per] != streams[0][per:2 * per]  # a new order every pass
+    assert streams[0] == _take(iter(InfiniteSampler(size, seed=5, rank=0, world_size=world)), 3 * per)
+    assert streams[0] != _take(iter(InfiniteSampler(size, seed=6, rank=0, world_size=world)), 3 * per)
+    assert len(InfiniteSampler(size, rank=0, world_size=world)) == per
+
+
+def test_infinite_sampler_resumes_anywhere():
+    sampler = InfiniteSampler(10, seed=1, rank=1, world_size=2)
+    full = _take(sampler.indices_from(0), 40)
+    assert _take(sampler.indices_from(13), 27) == full[13:]
+
+
+def test_batch_sampler_carries_flag_and_seed_words():
+    bs = YoloBatchSampler(InfiniteSampler(10, seed=2, rank=0, world_size=1), batch_size=4)
+    first = next(iter(bs))
+    assert [item[0] for item in first] == [True] * 4 and [item[2] for item in first] == [(2, 0, k) for k in range(4)]
+    bs.mosaic = False
+    bs.start_batch = 3
+    resumed = next(iter(bs))
+    assert [item[0] for item in resumed] == [False] * 4 and resumed[0][2] == (2, 0, 12)
+    assert len(bs) == 2
+
+
+def test_shard_sampler_covers_each_index_once():
+    shards = [list(ShardSampler(11, rank=r, world_size=4)) for r in range(4)]
+    assert sorted(itertools.chain(*shards)) == list(range(11))
+    assert [len(ShardSampler(11, rank=r, world_size=4)) for r in range(4)] == [3, 3, 3, 2]
+
+
+def test_pad_collate_pads_and_truncates():
+    batch = [(np.zeros((3, 8, 8), np.float32), np.ones((n, 5), np.float32), (8, 8), i) for i, n in enumerate((0, 2, 7))]
+    imgs, targets, _info, ids = PadCollate(max_labels=5)(batch)
+    assert imgs.shape == (3, 3, 8, 8) and targets.shape == (3, 5, 5)
+    assert (targets.sum(-1) > 0).sum(1).tolist() == [0, 2, 5] and ids == [0, 1, 2]
+
+
+def _exp(info, workers):
+    exp = Exp()
+    exp.dataset, exp.num_classes = info["config"], 6
+    exp.input_size = exp.test_size = (96, 96)  # the images are 128 px: non-mosaic img_info says (128, 128)
+    exp.data_num_workers = workers
+    exp.seed = 3
+    return exp
+
+
+def test_train_loader_batches_and_close_mosaic_with_persistent_workers(tiny_shapes_coco):
+    loader = _exp(tiny_shapes_coco, workers=2).get_data_loader(batch_size=4, is_distributed=False)
+    assert len(loader) == 24 // 4 and loader.dataset.class_names[0] == "circle"
+    assert loader.loader.persistent_workers
+    it = iter(loader)
+    imgs, targets, info, _ids = next(it)
+    assert imgs.shape == (4, 3, 96, 96) and imgs.dtype == torch.float32 and targets.shape == (4, 120, 5)
+    assert info == [(96, 96)] * 4  # mosaic samples
+    next(it)
+    workers_before = [w.pid for w in loader.loader._iterator._workers]
+    loader.close_mosaic()
+    for _ in range(3):  # from the very next batch on: nothing prefetched with mosaic on comes through
+        _, _, info, _ = next(it)
+        assert info == [(128, 128)] * 4
+    assert [w.pid for w in loader.loader._iterator._workers] == workers_before  # same persistent workers
+
+
+@pytest.mark.timeout(120)
+def test_workers_start_after_a_threaded_cache_build(tiny_shapes_coco, tmp_path):
+    # the cache is built by threads running OpenCV in this process, then the workers fork: a forked
+    # worker that touches OpenCV's inherited thread pool blocks forever
+    exp = _exp(tiny_shapes_coco, workers=2)
+    exp.input_size = (320, 320)
+    exp.cache_dir = str(tmp_path)
+    loader = exp.get_data_loader(batch_size=2, is_distributed=False, cache_img="disk")
+    assert loader.dataset.dataset.cache is not None
+    assert next(iter(loader))[0].shape == (2, 3, 320, 320)
+
+
+def test_batches_do_not_depend_on_worker_count(tiny_shapes_coco):
+    batches = []
+    for workers in (0, 2):
+        it = iter(_exp(tiny_shapes_coco, workers).get_data_loader(batch_size=3, is_distributed=False))
+        batches.append([next(it) for _ in range(2)])
+    for a, b in zip(*batches):
+        torch.testing.assert_close(a[0], b[0])
+        torch.testing.assert_close(a[1], b[1])
+
+
+def test_skip_to_resumes_the_stream_without_replay(tiny_shapes_coco):
+    exp = _exp(tiny_shapes_coco, workers=0)
+    it = iter(exp.get_data_loader(batch_size=2, is_distributed=False))
+    fourth = [next(it) for _ in range(4)][3]
+    resumed = exp.get_data_loader(batch_size=2, is_distributed=False)
+    resumed.skip_to(3)
+    batch = next(iter(resumed))
+    torch.testing.assert_close(batch[0], fourth[0])
+    assert batch[3] == fourth[3]
+
+
+def test_eval_loader_shards_without_duplicates(tiny_shapes_coco, monkeypatch):
+    exp = _exp(tiny_shapes_coco, workers=0)
+    monkeypatch.setattr(dist_utils, "get_world_size", lambda: 3)
+    seen = []
+    for rank in range(3):
+        monkeypatch.setattr(dist_utils, "get_rank", lambda r=rank: r)
+        for imgs, targets, info, ids in exp.get_eval_loader(batch_size=2, is_distributed=True):
+            assert imgs.shape[1:] == (3, 96, 96) and len(targets) == len(ids) == len(info[0])
+            seen += ids.tolist()
+    assert sorted(seen) == list(range(1, 9))
+
+
+@pytest.mark.parametrize("no_aug", [True, False])
+def test_no_aug_loader_starts_without_mosaic(tiny_shapes_coco, no_aug):
+    loader = _exp(tiny_shapes_coco, workers=0).get_data_loader(batch_size=2, is_distributed=False, no_aug=no_aug)
+    _, _, info, _ = next(iter(loader))
+    assert info == ([(128, 128)] * 2 if no_aug else [(96, 96)] * 2)

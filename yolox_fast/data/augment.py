@@ -1,0 +1,217 @@
+"""Augmentations on uint8 BGR images with boxes [x1, y1, x2, y2, cls] in pixels.
+
+Every geometric transform (mosaic placement, random affine, mixup crop, letterbox) clips the boxes to
+the image and passes them through `box_candidates`, so boxes that are degenerate, NaN, mostly cut
+away or absurdly thin never reach the model. Randomness comes from an explicit
+`np.random.Generator`, so a sample is a pure function of its seed (cached and uncached runs agree).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+from loguru import logger
+
+PAD_VALUE = 114  # letterbox / mosaic fill, as YOLOX
+
+
+def resize_keep_ratio(img: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, float]:
+    """Resize `img` (h, w, 3) by r = min(H/h, W/w) for `size` = (H, W); returns (resized, r)."""
+    r = min(size[0] / img.shape[0], size[1] / img.shape[1])
+    new_w, new_h = int(img.shape[1] * r), int(img.shape[0] * r)
+    if (new_h, new_w) == img.shape[:2]:
+        return img, r
+    return cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR), r
+
+
+def preproc(img: np.ndarray, input_size: tuple[int, int], swap=(2, 0, 1)) -> tuple[np.ndarray, float]:
+    """Letterbox: resize keeping aspect, paste top-left on a 114 canvas of `input_size` (H, W).
+
+    Returns (float32 (3, H, W) BGR 0-255, r); a box in the original image maps to the input by * r.
+    """
+    canvas = np.full((input_size[0], input_size[1], 3), PAD_VALUE, dtype=np.uint8)
+    resized, r = resize_keep_ratio(img, input_size)
+    canvas[: resized.shape[0], : resized.shape[1]] = resized
+    return np.ascontiguousarray(canvas.transpose(swap), dtype=np.float32), r
+
+
+def box_candidates(
+    before: np.ndarray,
+    after: np.ndarray,
+    min_size: float = 2.0,
+    min_area_ratio: float = 0.1,
+    max_aspect: float = 20.0,
+) -> np.ndarray:
+    """Which transformed boxes to keep: (N,) bool.
+
+    `before` (N, 4) are the boxes as the transform mapped them, before clipping to the image; `after`
+    (N, 4) the same boxes clipped. A box is kept iff its clipped width and height are > `min_size`,
+    its clipped area is >= `min_area_ratio` of the unclipped area, and max(w/h, h/w) < `max_aspect`.
+    Any NaN or infinite coordinate drops the box.
+    """
+    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+    finite = np.isfinite(before).all(1) & np.isfinite(after).all(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        big = (w2 > min_size) & (h2 > min_size)
+        area_kept = w2 * h2 >= min_area_ratio * (w1 * h1)
+        aspect = np.maximum(w2 / h2, h2 / w2) < max_aspect
+    return finite & big & area_kept & aspect
+
+
+def clip_and_filter(
+    labels: np.ndarray, width: float, height: float, min_size: float, min_area_ratio: float, max_aspect: float
+) -> np.ndarray:
+    """Clip labels (N, 5+) [x1, y1, x2, y2, cls, ...] to the image and drop what box_candidates rejects."""
+    if len(labels) == 0:
+        return labels
+    before = labels[:, :4].copy()
+    labels = labels.copy()
+    labels[:, [0, 2]] = labels[:, [0, 2]].clip(0, width)
+    labels[:, [1, 3]] = labels[:, [1, 3]].clip(0, height)
+    keep = box_candidates(before, labels[:, :4], min_size, min_area_ratio, max_aspect)
+    return labels[keep]
+
+
+def affine_matrix(
+    rng: np.random.Generator,
+    src_size: tuple[int, int],
+    target_size: tuple[int, int],
+    degrees: float,
+    translate: float,
+    scales: Sequence[float],
+    shear: float,
+) -> np.ndarray:
+    """A random 2x3 affine map from a `src_size` (H, W) image to a `target_size` (H, W) one.
+
+    The source centre goes to the target centre (moved by up to `translate` of the target size);
+    rotation by U(-degrees, degrees), isotropic scale U(scales) and shear U(-shear, shear) degrees act
+    about that centre.
+    """
+    centre = np.eye(3)
+    centre[0, 2], centre[1, 2] = -src_size[1] / 2, -src_size[0] / 2
+    rot = np.eye(3)
+    angle = rng.uniform(-degrees, degrees)
+    scale = rng.uniform(scales[0], scales[1])
+    rot[:2] = cv2.getRotationMatrix2D(angle=angle, center=(0, 0), scale=scale)
+    shr = np.eye(3)
+    shr[0, 1] = math.tan(rng.uniform(-shear, shear) * math.pi / 180)
+    shr[1, 0] = math.tan(rng.uniform(-shear, shear) * math.pi / 180)
+    move = np.eye(3)
+    move[0, 2] = rng.uniform(0.5 - translate, 0.5 + translate) * target_size[1]
+    move[1, 2] = rng.uniform(0.5 - translate, 0.5 + translate) * target_size[0]
+    return (move @ shr @ rot @ centre)[:2]
+
+
+def warp_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Axis-aligned hull (N, 4) of boxes (N, 4) x1y1x2y2 after the 2x3 affine `matrix`."""
+    corners = boxes[:, [0, 1, 2, 1, 2, 3, 0, 3]].reshape(-1, 2)  # (4N, 2): tl, tr, br, bl
+    mapped = corners @ matrix[:, :2].T + matrix[:, 2]
+    mapped = mapped.reshape(-1, 4, 2)
+    return np.concatenate([mapped.min(1), mapped.max(1)], axis=1)
+
+
+def random_affine(
+    img: np.ndarray,
+    labels: np.ndarray,
+    rng: np.random.Generator,
+    target_size: tuple[int, int],
+    degrees: float = 10.0,
+    translate: float = 0.1,
+    scales: Sequence[float] = (0.5, 1.5),
+    shear: float = 2.0,
+    box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Warp `img` into a `target_size` (H, W) canvas; labels (N, 5) follow, clipped and filtered.
+
+    `box_filter` = (min_size, min_area_ratio, max_aspect) for box_candidates.
+    """
+    matrix = affine_matrix(rng, img.shape[:2], target_size, degrees, translate, scales, shear)
+    out = cv2.warpAffine(
+        img, matrix, dsize=(target_size[1], target_size[0]), borderValue=(PAD_VALUE,) * 3
+    )
+    if len(labels):
+        labels = labels.copy()
+        labels[:, :4] = warp_boxes(labels[:, :4], matrix)
+        labels = clip_and_filter(labels, target_size[1], target_size[0], *box_filter)
+    return out, labels
+
+
+def augment_hsv(img: np.ndarray, rng: np.random.Generator, hgain: int = 5, sgain: int = 30, vgain: int = 30) -> None:
+    """Shift hue (mod 180), saturation and value (clipped) of a BGR uint8 image in place by random
+    integer offsets; each channel is shifted or left alone with probability 1/2, as YOLOX."""
+    gains = rng.uniform(-1, 1, 3) * [hgain, sgain, vgain]
+    gains *= rng.integers(0, 2, 3)
+    gains = gains.astype(np.int16)
+    # lookup tables instead of int16 arithmetic on the whole image: same values, a fraction of the time
+    x = np.arange(256, dtype=np.int16)
+    lut_h = ((x + gains[0]) % 180).astype(np.uint8)
+    lut_s = np.clip(x + gains[1], 0, 255).astype(np.uint8)
+    lut_v = np.clip(x + gains[2], 0, 255).astype(np.uint8)
+    hue, sat, val = cv2.split(cv2.cvtColor(img, cv2.COLOR_BGR2HSV))
+    hsv = cv2.merge((cv2.LUT(hue, lut_h), cv2.LUT(sat, lut_s), cv2.LUT(val, lut_v)))
+    cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
+
+
+def flip_horizontal(img: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mirror an image (h, w, 3) and its boxes (N, 4) x1y1x2y2 left-right."""
+    width = img.shape[1]
+    boxes = boxes.copy()
+    boxes[:, [0, 2]] = width - boxes[:, [2, 0]]
+    return np.ascontiguousarray(img[:, ::-1]), boxes
+
+
+class TrainTransform:
+    """Last training step: HSV, flip, letterbox to the input size, boxes to [cls, cx, cy, w, h].
+
+    Returns (img float32 (3, H, W), labels (K, 5) float32 with K <= max_labels); the collate pads
+    labels to (max_labels, 5). Dropping labels beyond max_labels is logged once per process.
+    """
+
+    _warned_truncation = False
+
+    def __init__(
+        self,
+        max_labels: int = 120,
+        flip_prob: float = 0.5,
+        hsv_prob: float = 1.0,
+        box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
+    ) -> None:
+        self.max_labels = max_labels
+        self.flip_prob = flip_prob
+        self.hsv_prob = hsv_prob
+        self.box_filter = box_filter
+
+    def __call__(
+        self, img: np.ndarray, labels: np.ndarray, input_size: tuple[int, int], rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        img = np.ascontiguousarray(img)
+        labels = np.asarray(labels, dtype=np.float32).reshape(-1, 5)
+        if rng.random() < self.hsv_prob:
+            augment_hsv(img, rng)
+        if rng.random() < self.flip_prob:
+            img, flipped = flip_horizontal(img, labels[:, :4])
+            labels = np.concatenate([flipped, labels[:, 4:]], axis=1)
+        out, r = preproc(img, input_size)
+        labels = labels.copy()
+        labels[:, :4] *= r
+        labels = clip_and_filter(labels, input_size[1], input_size[0], *self.box_filter)
+        if len(labels) > self.max_labels:
+            if not TrainTransform._warned_truncation:
+                logger.warning(
+                    f"an image has {len(labels)} labels after augmentation, more than max_labels="
+                    f"{self.max_labels}; the extra ones are dropped (raise exp.max_labels to keep them). "
+                    "Logged once."
+                )
+                TrainTransform._warned_truncation = True
+            labels = labels[: self.max_labels]
+        targets = np.empty((len(labels), 5), dtype=np.float32)
+        targets[:, 0] = labels[:, 4]
+        targets[:, 1] = (labels[:, 0] + labels[:, 2]) / 2
+        targets[:, 2] = (labels[:, 1] + labels[:, 3]) / 2
+        targets[:, 3] = labels[:, 2] - labels[:, 0]
+        targets[:, 4] = labels[:, 3] - labels[:, 1]
+        return out, targets
+

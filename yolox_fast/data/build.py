@@ -1,0 +1,138 @@
+"""Builders the Exp calls: datasets and loaders for training and evaluation from a dataset description."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from loguru import logger
+from torch.utils.data import DataLoader
+
+from yolox_fast.data.augment import TrainTransform
+from yolox_fast.data.cache import build_cache
+from yolox_fast.data.config import load_dataset_config
+from yolox_fast.data.datasets.base import DetectionDataset
+from yolox_fast.data.datasets.coco import COCODataset
+from yolox_fast.data.datasets.synthetic import ensure_generated
+from yolox_fast.data.datasets.voc import VOCDetection
+from yolox_fast.data.loader import TrainLoader, eval_collate, opencv_for_workers, worker_init
+from yolox_fast.data.mosaic import MosaicDetection
+from yolox_fast.data.sampler import InfiniteSampler, ShardSampler, YoloBatchSampler
+from yolox_fast.utils import dist as dist_utils
+
+# The Exp's YOLOX ann names; only values that differ from these override a description's ann files.
+YOLOX_DEFAULT_ANNS = {"train": "instances_train2017.json", "val": "instances_val2017.json"}
+
+
+def dataset_config(exp) -> dict[str, Any]:
+    """exp.dataset's description with exp.data_dir / train_ann / val_ann applied, the synthetic set
+    generated if it is missing."""
+    cfg = load_dataset_config(exp.dataset)
+    if exp.data_dir:
+        cfg["root"] = str(exp.data_dir)
+    if cfg["format"] == "coco":
+        for split, field in (("train", "train_ann"), ("val", "val_ann")):
+            value = getattr(exp, field, None)
+            if value and value != YOLOX_DEFAULT_ANNS[split]:
+                cfg[split] = {**cfg[split], "ann": value}
+    if "synthetic" in cfg:
+        ensure_generated(cfg)
+    return cfg
+
+
+def _dataset(exp, cfg: dict[str, Any], split: str, img_size) -> DetectionDataset:
+    names = tuple(exp.class_names) if exp.class_names else cfg.get("class_names")
+    common = {"img_size": tuple(img_size), "name": f"{cfg['name']}-{split}", "skip_corrupt": exp.skip_corrupt_images}
+    if cfg["format"] == "coco":
+        return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], class_names=names, **common)
+    return VOCDetection(cfg["root"], cfg[split]["sets"], names, **common)
+
+
+def _cache_mode(cache: None | bool | str) -> str | None:
+    if cache is None or cache is False:
+        return None
+    if cache is True:
+        return "ram"
+    if cache not in ("ram", "disk"):
+        raise ValueError(f"cache must be None, True, 'ram' or 'disk', got {cache!r}")
+    return cache
+
+
+def build_train_dataset(exp, cache: None | bool | str = None) -> DetectionDataset:
+    """The training split, un-augmented, images resized to fit exp.input_size; with `cache` ("ram",
+    "disk" or True = "ram") served from an ImageCache. `exp.cache_strict` (if set) turns "not
+    enough room for the cache" into an error; `exp.cache_dir` (if set) places the disk cache."""
+    cfg = dataset_config(exp)
+    dataset = _dataset(exp, cfg, "train", exp.input_size)
+    if dataset.num_classes > exp.num_classes:
+        raise ValueError(
+            f"dataset {cfg['name']} has {dataset.num_classes} classes but exp.num_classes = {exp.num_classes}; "
+            f"set num_classes = {dataset.num_classes} in the exp"
+        )
+    if dataset.num_classes < exp.num_classes:
+        logger.warning(f"dataset {cfg['name']} has {dataset.num_classes} classes, exp.num_classes = "
+                       f"{exp.num_classes}: the extra outputs are never trained")
+    mode = _cache_mode(cache)
+    if mode is not None:
+        image_cache = build_cache(dataset, mode, cache_dir=getattr(exp, "cache_dir", None),
+                                  strict=getattr(exp, "cache_strict", False))
+        if image_cache is not None:
+            dataset.attach_cache(image_cache)
+    return dataset
+
+
+def _shared_seed(exp) -> int:
+    """exp.seed, or one random seed drawn on rank 0 and shared so every rank shards the same permutation."""
+    if exp.seed is not None:
+        return int(exp.seed)
+    return int(dist_utils.broadcast_object(int(torch.randint(0, 2 ** 31 - 1, ()).item())))
+
+
+def build_train_loader(exp, batch_size: int, is_distributed: bool, no_aug: bool = False,
+                       cache: None | bool | str = None) -> TrainLoader:
+    """Infinite mosaic/MixUp training loader; `batch_size` is per process. See TrainLoader."""
+    dataset = build_train_dataset(exp, cache=cache)
+    box_filter = (exp.box_min_size, exp.box_min_area_ratio, exp.box_max_aspect)
+    seed = _shared_seed(exp)
+    mosaic = MosaicDetection(
+        dataset,
+        img_size=exp.input_size,
+        mosaic=not no_aug,
+        preproc=TrainTransform(max_labels=exp.max_labels, flip_prob=exp.flip_prob, hsv_prob=exp.hsv_prob,
+                               box_filter=box_filter),
+        degrees=exp.degrees,
+        translate=exp.translate,
+        mosaic_scale=exp.mosaic_scale,
+        mixup_scale=exp.mixup_scale,
+        shear=exp.shear,
+        enable_mixup=exp.enable_mixup,
+        mosaic_prob=exp.mosaic_prob,
+        mixup_prob=exp.mixup_prob,
+        box_filter=box_filter,
+        seed=seed,
+    )
+    rank, world = (dist_utils.get_rank(), dist_utils.get_world_size()) if is_distributed else (0, 1)
+    sampler = InfiniteSampler(len(dataset), shuffle=True, seed=seed, rank=rank, world_size=world)
+    batch_sampler = YoloBatchSampler(sampler, batch_size, mosaic=not no_aug)
+    return TrainLoader(mosaic, batch_sampler, exp.data_num_workers, exp.max_labels,
+                       pin_memory=torch.cuda.is_available())
+
+
+def build_eval_dataset(exp) -> DetectionDataset:
+    """The validation split, items letterboxed to exp.test_size (see DetectionDataset.__getitem__)."""
+    return _dataset(exp, dataset_config(exp), "val", exp.test_size)
+
+
+def build_eval_loader(exp, batch_size: int, is_distributed: bool) -> DataLoader:
+    """Eval loader: rank r gets items r::world (each image once over all ranks); batches per eval_collate."""
+    dataset = build_eval_dataset(exp)
+    rank, world = (dist_utils.get_rank(), dist_utils.get_world_size()) if is_distributed else (0, 1)
+    opencv_for_workers(exp.data_num_workers)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=ShardSampler(len(dataset), rank=rank, world_size=world),
+        num_workers=exp.data_num_workers,
+        pin_memory=torch.cuda.is_available(),
+        worker_init_fn=worker_init,
+        collate_fn=eval_collate,
+    )

@@ -1,0 +1,230 @@
+"""ImageCache: resized uint8 training images stored once and memory-mapped by every process.
+
+Layout: one raw file of N fixed slots (N, H, W, 3) uint8, image i resized keeping aspect into the
+top-left of slot i, plus a JSON sidecar `<stem>.json` with the key, each image's resized (h, w) and a
+decodable flag. The sidecar is written last, so it doubles as the completion marker: a killed build
+leaves no sidecar, a truncated data file fails the size check, a changed image list or size changes the
+key; all three are rebuilt, never read.
+
+"ram" puts the file in /dev/shm (shared memory), "disk" in a cache directory. Either way every DDP
+rank and loader worker maps the same pages read-only (np.memmap) — there is one copy per machine,
+not one per process. One process builds under a file lock; the others wait for it and then map.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import psutil
+from loguru import logger
+
+from yolox_fast.data.augment import resize_keep_ratio
+from yolox_fast.data.config import REPO_ROOT
+from yolox_fast.data.datasets.base import CorruptImageError
+
+LAYOUT_VERSION = 1
+SHM_DIR = Path("/dev/shm")
+DEFAULT_DISK_DIR = REPO_ROOT / "datasets" / ".cache"
+HEADROOM = 1 << 30  # leave 1 GiB of RAM/disk free beyond the cache itself
+GIB = float(1 << 30)
+
+
+class ImageCache:
+    """Read side of a completed cache: `get(i)` -> image i resized (h, w, 3) uint8 view, or None if the
+    image could not be decoded when the cache was built. Pickles without its data (workers re-map)."""
+
+    def __init__(self, path: Path, shape: tuple[int, int, int, int], sizes: np.ndarray, ok: np.ndarray):
+        self.path = Path(path)
+        self.shape = shape
+        self.sizes = sizes  # (N, 2) resized h, w
+        self.ok = ok  # (N,) bool
+        self._array: np.memmap | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def array(self) -> np.memmap:
+        if self._array is None:
+            self._array = np.memmap(self.path, dtype=np.uint8, mode="r", shape=self.shape)
+        return self._array
+
+    def get(self, index: int) -> np.ndarray | None:
+        if not self.ok[index]:
+            return None
+        h, w = self.sizes[index]
+        return self.array[index, :h, :w]
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_array"] = None  # never pickle the pages: the receiving process maps the file itself
+        return state
+
+
+def cache_key(name: str, files: list[str], size: tuple[int, int]) -> str:
+    """Hash of (dataset name, image list, slot size, layout version)."""
+    payload = json.dumps([LAYOUT_VERSION, name, list(size), files]).encode()
+    return hashlib.sha1(payload).hexdigest()
+
+
+def cache_paths(mode: str, name: str, size: tuple[int, int], key: str, cache_dir: str | None = None):
+    """(data file, sidecar, lock file) for a cache."""
+    if mode == "ram":
+        folder, stem = SHM_DIR, f"yolox_fast-{name}-{size[0]}x{size[1]}-{key[:16]}"
+    elif mode == "disk":
+        folder, stem = Path(cache_dir) if cache_dir else DEFAULT_DISK_DIR, f"{name}-{size[0]}x{size[1]}-{key[:16]}"
+    else:
+        raise ValueError(f"cache must be 'ram' or 'disk', got {mode!r}")
+    return folder / f"{stem}.bin", folder / f"{stem}.json", folder / f".{stem}.lock"
+
+
+def free_bytes(mode: str, folder: Path) -> tuple[int, str]:
+    """Bytes a new cache may use in `folder` and a description of the limit, for the log."""
+    disk = shutil.disk_usage(folder).free
+    if mode == "ram":
+        avail = psutil.virtual_memory().available
+        return min(disk, avail), f"{disk / GIB:.1f} GiB free in {folder}, {avail / GIB:.1f} GiB RAM available"
+    return disk, f"{disk / GIB:.1f} GiB free on the disk of {folder}"
+
+
+def open_cache(data: Path, sidecar: Path, key: str) -> ImageCache | None:
+    """The cache at `data` if its sidecar says complete with this key and the file has the full size."""
+    try:
+        meta = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return None
+    shape = tuple(meta.get("shape", ()))
+    if meta.get("key") != key or len(shape) != 4:
+        return None
+    if not data.is_file() or data.stat().st_size != int(np.prod(shape)):
+        return None
+    return ImageCache(data, shape, np.array(meta["sizes"], dtype=np.int64).reshape(-1, 2),
+                      np.array(meta["ok"], dtype=bool))
+
+
+def build_cache(dataset, mode: str, cache_dir: str | None = None, strict: bool = False,
+                num_threads: int | None = None) -> ImageCache | None:
+    """Map (building it first if needed) the cache of `dataset` (a DetectionDataset) at its img_size.
+
+    Returns None — training continues uncached, after a warning with the numbers — when there is
+    not enough room; with `strict` that raises RuntimeError instead.
+    """
+    size = tuple(dataset.img_size)
+    files = dataset.image_files()
+    key = cache_key(dataset.name, files, size)
+    data, sidecar, lock_path = cache_paths(mode, dataset.name, size, key, cache_dir)
+    cache = open_cache(data, sidecar, key)
+    if cache is not None:
+        logger.info(f"{mode} cache: mapped {data} ({cache.nbytes / GIB:.2f} GiB, {len(files)} images)")
+        return cache
+    if mode == "ram" and not SHM_DIR.is_dir():
+        msg = f"ram cache needs shared memory at {SHM_DIR}, which this machine does not have"
+        if strict:
+            raise RuntimeError(msg)
+        logger.warning(f"{msg}; continuing WITHOUT a cache (try cache='disk')")
+        return None
+    data.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per machine; the others wait here
+        cache = open_cache(data, sidecar, key)
+        if cache is None:
+            shape = (len(files), size[0], size[1], 3)
+            need = int(np.prod(shape))
+            room, where = free_bytes(mode, data.parent)
+            if need + HEADROOM > room:
+                msg = (f"{mode} cache of {len(files)} images at {size[0]}x{size[1]} needs "
+                       f"{need / GIB:.2f} GiB (+{HEADROOM / GIB:.0f} GiB headroom) but only {where}")
+                if strict:
+                    raise RuntimeError(msg)
+                logger.warning(f"{msg}; continuing WITHOUT a cache")
+                return None
+            cache = _build(dataset, data, sidecar, key, shape, num_threads)
+    logger.info(f"{mode} cache: mapped {data} ({cache.nbytes / GIB:.2f} GiB, {len(files)} images)")
+    return cache
+
+
+def _report_leftovers(data: Path, name: str) -> None:
+    """Remove temp files of killed builds of this cache (we hold its lock, so none is in progress) and
+    point at complete caches of the same dataset under other keys: in /dev/shm they hold RAM."""
+    for stale in data.parent.glob(f"{data.name}.tmp-*"):
+        stale.unlink(missing_ok=True)
+    prefix = data.name.rsplit("-", 2)[0]  # <stem without size and key>
+    others = [p for p in data.parent.glob(f"{prefix}-*.bin") if p != data]
+    if others:
+        total = sum(p.stat().st_size for p in others) / GIB
+        logger.warning(f"other caches of dataset {name} ({total:.2f} GiB) are in {data.parent}: "
+                       f"{', '.join(p.name for p in others)}; delete them if no run uses them")
+
+
+def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int | None) -> ImageCache:
+    sidecar.unlink(missing_ok=True)  # from here on the old cache is invalid, even if we are killed
+    _report_leftovers(data, dataset.name)
+    tmp = data.with_name(f"{data.name}.tmp-{os.getpid()}")
+    n = shape[0]
+    sizes = np.zeros((n, 2), dtype=np.int64)
+    ok = np.ones(n, dtype=bool)
+    with open(tmp, "wb") as f:
+        f.truncate(int(np.prod(shape)))
+    try:
+        slots = np.memmap(tmp, dtype=np.uint8, mode="r+", shape=shape)
+
+        def fill(i: int) -> None:
+            try:
+                img, _ = resize_keep_ratio(dataset.load_image(i), shape[1:3])
+            except CorruptImageError as err:
+                if not dataset.skip_corrupt:
+                    raise
+                logger.warning(f"{err}; skipped (not cached)")
+                ok[i] = False
+                return
+            slots[i, : img.shape[0], : img.shape[1]] = img
+            sizes[i] = img.shape[:2]
+
+        threads = num_threads or min(8, os.cpu_count() or 1)
+        progress = Progress(f"building cache {data.name}", n)
+        pool = ThreadPoolExecutor(threads)
+        try:
+            for _ in pool.map(fill, range(n)):
+                progress.step()
+        finally:  # on an error, drop the queued images instead of decoding the whole set first
+            pool.shutdown(wait=True, cancel_futures=True)
+        slots.flush()
+        os.replace(tmp, data)
+    finally:
+        tmp.unlink(missing_ok=True)
+    meta = {"key": key, "version": LAYOUT_VERSION, "shape": list(shape), "sizes": sizes.tolist(),
+            "ok": ok.tolist(), "images": n}
+    side_tmp = sidecar.with_name(f"{sidecar.name}.tmp-{os.getpid()}")
+    side_tmp.write_text(json.dumps(meta))
+    os.replace(side_tmp, sidecar)  # the completion marker: written last, atomically
+    return ImageCache(data, shape, sizes, ok)
+
+
+class Progress:
+    """A text progress bar with rate and ETA, logged through loguru at most every `every` seconds."""
+
+    def __init__(self, title: str, total: int, every: float = 5.0, width: int = 24) -> None:
+        self.title, self.total, self.every, self.width = title, total, every, width
+        self.done = 0
+        self.start = self.last = time.time()
+
+    def step(self, count: int = 1) -> None:
+        self.done += count
+        now = time.time()
+        if now - self.last < self.every and self.done < self.total:
+            return
+        self.last = now
+        rate = self.done / max(now - self.start, 1e-9)
+        eta = (self.total - self.done) / max(rate, 1e-9)
+        filled = int(self.width * self.done / max(self.total, 1))
+        bar = "#" * filled + "." * (self.width - filled)
+        logger.info(f"{self.title} [{bar}] {self.done}/{self.total} {rate:.0f} img/s "
+                    f"ETA {int(eta) // 60}:{int(eta) % 60:02d}")

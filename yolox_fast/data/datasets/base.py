@@ -1,0 +1,185 @@
+"""DetectionDataset: what COCO and VOC datasets share once their annotations are parsed into records."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+from loguru import logger
+from torch.utils.data import Dataset
+
+from yolox_fast.data.augment import preproc, resize_keep_ratio
+
+
+class CorruptImageError(RuntimeError):
+    """An image file exists but cannot be decoded."""
+
+
+@dataclass
+class ImageRecord:
+    """One image and its ground truth, in original pixels."""
+
+    img_id: int
+    file: str  # absolute path
+    height: int
+    width: int
+    boxes: np.ndarray  # (K, 4) float32 x1, y1, x2, y2, clipped to the image
+    classes: np.ndarray  # (K,) int64 contiguous class index
+    difficult: np.ndarray  # (K,) bool (VOC "difficult"; all False for COCO)
+
+
+class BoxClipCounter:
+    """Counts boxes that stuck out of their image while records are built; `report` logs one line."""
+
+    def __init__(self) -> None:
+        self.clipped = 0
+        self.dropped = 0
+        self.example: str | None = None
+
+    def clip(self, boxes: np.ndarray, width: int, height: int, where: Callable[[int], str]) -> np.ndarray:
+        """Clip boxes (K, 4) in place to the image; returns the (K,) mask of boxes with area left.
+
+        `where(k)` names box k (annotation id, file) for the log line.
+        """
+        clipped = boxes.copy()
+        clipped[:, [0, 2]] = clipped[:, [0, 2]].clip(0, width)
+        clipped[:, [1, 3]] = clipped[:, [1, 3]].clip(0, height)
+        moved = (clipped != boxes).any(1)
+        if moved.any():
+            self.clipped += int(moved.sum())
+            if self.example is None:
+                self.example = where(int(np.argmax(moved)))
+        boxes[:] = clipped
+        keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
+        self.dropped += int((~keep).sum())
+        return keep
+
+    def report(self, split: str) -> None:
+        if self.clipped or self.dropped:
+            logger.warning(
+                f"{split}: {self.clipped} boxes extended outside their image and were clipped "
+                f"(first: {self.example}); {self.dropped} boxes with no area left were dropped"
+            )
+
+
+class DetectionDataset(Dataset):
+    """Images with boxes, resized for training (`pull_item`) or letterboxed for evaluation (`__getitem__`).
+
+    `img_size` (H, W): training images are resized keeping aspect to fit it (what mosaic and the cache
+    use); evaluation items are letterboxed to it. With `skip_corrupt` an image that cannot be decoded
+    is skipped and counted instead of raising.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        records: list[ImageRecord],
+        class_names: Sequence[str],
+        img_size: tuple[int, int],
+        split: str,
+        skip_corrupt: bool = False,
+    ) -> None:
+        self.name = name
+        self.class_names = tuple(class_names)
+        self.img_size = tuple(img_size)
+        self.split = split
+        self.skip_corrupt = skip_corrupt
+        self.records = self._drop_missing(records)
+        if not self.records:
+            raise ValueError(f"{split}: the split has no images")
+        self.ids = [r.img_id for r in self.records]
+        self.cache = None
+        self.corrupt_skipped = 0
+
+    def _drop_missing(self, records: list[ImageRecord]) -> list[ImageRecord]:
+        missing = [r.file for r in records if not os.path.isfile(r.file)]
+        if not missing:
+            return records
+        if not self.skip_corrupt:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise FileNotFoundError(f"{self.split}: image file not found: {missing[0]}{more}")
+        logger.warning(f"{self.split}: skipping {len(missing)} missing image files (first: {missing[0]})")
+        gone = set(missing)
+        return [r for r in records if r.file not in gone]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def image_files(self) -> list[str]:
+        return [r.file for r in self.records]
+
+    def attach_cache(self, cache) -> None:
+        """Serve `load_resized_img` from an ImageCache built over this dataset at `img_size`."""
+        self.cache = cache
+
+    def load_image(self, index: int) -> np.ndarray:
+        """The original BGR uint8 image (h, w, 3); CorruptImageError naming the file if undecodable."""
+        path = self.records[index].file
+        img = cv2.imread(path, cv2.IMREAD_COLOR)
+        if img is None:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{self.split}: image file not found: {path}")
+            raise CorruptImageError(f"{self.split}: cannot decode image {path}")
+        return img
+
+    def load_resized_img(self, index: int) -> np.ndarray:
+        """The image resized keeping aspect to fit img_size (from the cache when attached)."""
+        if self.cache is not None:
+            img = self.cache.get(index)
+            if img is not None:
+                return img
+            raise CorruptImageError(f"{self.split}: cannot decode image {self.records[index].file} (cached)")
+        return resize_keep_ratio(self.load_image(index), self.img_size)[0]
+
+    def load_anno(self, index: int) -> np.ndarray:
+        """Labels (K, 5) [x1, y1, x2, y2, cls] scaled like `load_resized_img`."""
+        rec = self.records[index]
+        r = min(self.img_size[0] / rec.height, self.img_size[1] / rec.width)
+        labels = np.empty((len(rec.boxes), 5), dtype=np.float32)
+        labels[:, :4] = rec.boxes * r
+        labels[:, 4] = rec.classes
+        return labels
+
+    def _note_corrupt(self, err: CorruptImageError) -> None:
+        if not self.skip_corrupt:
+            raise err
+        self.corrupt_skipped += 1
+        logger.warning(f"{err}; skipped ({self.corrupt_skipped} corrupt images skipped in this process)")
+
+    def pull_item(self, index: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int], int]:
+        """(resized uint8 image (a private copy), labels (K, 5), (orig h, orig w), img_id).
+
+        With skip_corrupt, an undecodable image is replaced by the next decodable one.
+        """
+        for offset in range(len(self)):
+            i = (index + offset) % len(self)
+            try:
+                img = np.array(self.load_resized_img(i))
+            except CorruptImageError as err:
+                self._note_corrupt(err)
+                continue
+            rec = self.records[i]
+            return img, self.load_anno(i), (rec.height, rec.width), rec.img_id
+        raise CorruptImageError(f"{self.split}: no image of the split can be decoded")
+
+    def __getitem__(self, index: int):
+        """Evaluation item: (img float32 (3, H, W) letterboxed to img_size, target (K, 5)
+        [x1, y1, x2, y2, cls] original px, (orig h, orig w), img_id).
+
+        With skip_corrupt, an undecodable image is replaced by a blank (114) canvas: it is counted and
+        its ground truth still counts as missed, so the metric stays honest.
+        """
+        rec = self.records[index]
+        try:
+            img, _ = preproc(self.load_image(index), self.img_size)
+        except CorruptImageError as err:
+            self._note_corrupt(err)
+            img = np.full((3, *self.img_size), 114, dtype=np.float32)
+        target = np.concatenate([rec.boxes, rec.classes[:, None].astype(np.float32)], axis=1)
+        return img, target.astype(np.float32), (rec.height, rec.width), rec.img_id

@@ -1,0 +1,81 @@
+"""COCODataset: any COCO-format json (pycocotools) plus an image folder."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from pycocotools.coco import COCO
+
+from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
+
+
+class COCODataset(DetectionDataset):
+    """COCO-format detection set.
+
+    `class_ids[i]` is the category id of contiguous class i (categories sorted by id); `class_names`
+    come from the json categories unless `class_names` is given (then it must have one name per
+    category). `.coco` is the pycocotools COCO object the COCO evaluator scores against.
+    Crowd annotations are left out of the training targets, as in YOLOX.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        images: str,
+        ann_file: str,
+        img_size: tuple[int, int] = (640, 640),
+        class_names: Sequence[str] | None = None,
+        name: str = "coco",
+        skip_corrupt: bool = False,
+    ) -> None:
+        ann_path = ann_file if os.path.isabs(ann_file) else os.path.join(root, "annotations", ann_file)
+        if not os.path.isfile(ann_path):
+            raise FileNotFoundError(f"COCO annotation file not found: {ann_path}")
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
+            self.coco = COCO(ann_path)
+        self.ann_path = ann_path
+        cats = sorted(self.coco.loadCats(self.coco.getCatIds()), key=lambda c: c["id"])
+        self.class_ids = [c["id"] for c in cats]
+        if class_names is not None and len(class_names) != len(cats):
+            raise ValueError(
+                f"{ann_path} has {len(cats)} categories but the dataset description lists "
+                f"{len(class_names)} class names"
+            )
+        names = list(class_names) if class_names is not None else [c["name"] for c in cats]
+        image_dir = os.path.join(root, images)
+        records = self._records(image_dir)
+        super().__init__(name, records, names, img_size, split=ann_path, skip_corrupt=skip_corrupt)
+
+    def _records(self, image_dir: str) -> list[ImageRecord]:
+        img_ids = sorted(self.coco.getImgIds())
+        if not img_ids:
+            raise ValueError(f"{self.ann_path}: the split has no images")
+        contiguous = {cat_id: i for i, cat_id in enumerate(self.class_ids)}
+        for ann in self.coco.dataset.get("annotations", []):
+            if ann["category_id"] not in contiguous:
+                raise ValueError(
+                    f"{self.ann_path}: annotation id {ann.get('id')} has category id {ann['category_id']}, "
+                    f"which is not among the file's categories {self.class_ids}"
+                )
+        clip = BoxClipCounter()
+        records = []
+        for img_id in img_ids:
+            info = self.coco.imgs[img_id]
+            w, h = int(info["width"]), int(info["height"])
+            anns = self.coco.loadAnns(self.coco.getAnnIds(imgIds=[img_id], iscrowd=False))
+            boxes = np.array(
+                [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
+                 for a in anns], dtype=np.float32,
+            ).reshape(-1, 4)
+            classes = np.array([contiguous[a["category_id"]] for a in anns], dtype=np.int64)
+            keep = clip.clip(boxes, w, h, lambda k, anns=anns: f"annotation id {anns[k].get('id')}")
+            file_name = info.get("file_name") or f"{img_id:012d}.jpg"
+            records.append(ImageRecord(
+                img_id=int(img_id), file=os.path.join(image_dir, file_name), height=h, width=w,
+                boxes=boxes[keep], classes=classes[keep], difficult=np.zeros(int(keep.sum()), dtype=bool),
+            ))
+        clip.report(self.ann_path)
+        return records
