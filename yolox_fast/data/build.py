@@ -73,8 +73,8 @@ def build_train_dataset(exp, cache: None | bool | str = None) -> DetectionDatase
                        f"{exp.num_classes}: the extra outputs are never trained")
     mode = _cache_mode(cache)
     if mode is not None:
-        image_cache = build_cache(dataset, mode, cache_dir=getattr(exp, "cache_dir", None),
-                                  strict=getattr(exp, "cache_strict", False))
+        image_cache = build_cache(dataset, mode, cache_dir=exp.cache_dir,
+                                  strict=exp.cache_strict)
         if image_cache is not None:
             dataset.attach_cache(image_cache)
     return dataset

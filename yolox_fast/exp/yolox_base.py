@@ -42,6 +42,8 @@ class Exp(BaseExp):
         self.random_size: Optional[Tuple[int, int]] = None
         self.max_labels = 120  # labels per image after augmentation; extra ones are dropped (logged once)
         self.skip_corrupt_images = False  # True: an undecodable image is skipped and counted, not an error
+        self.cache_dir: Optional[str] = None  # --cache disk writes here (default datasets/.cache/)
+        self.cache_strict = False  # True: a cache that does not fit is an error instead of running uncached
 
         # ---------------- augmentation ---------------- #
         self.mosaic_prob = 1.0

@@ -1,0 +1,164 @@
+"""Batched demo inference: B images per forward give the detections of one at a time; bad files are
+skipped and reported; results, JSON and checkpoints behave as the tools promise."""
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from yolox_fast.core.demo import run_on_images
+from yolox_fast.core.predictor import Predictor, load_inference_model
+from yolox_fast.exp import get_exp
+from yolox_fast.utils.checkpoint import save_checkpoint
+
+NUM_CLASSES = 3
+TEST_SIZE = (96, 128)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _nano_exp(num_classes=NUM_CLASSES):
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes = num_classes
+    exp.test_size = TEST_SIZE
+    return exp
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A nano model whose BatchNorm statistics were measured on random images, so that (unlike a
+    fresh init, which scores every box 1e-4) it produces many boxes with varied scores; its box
+    regression is damped so that boxes stay image-sized."""
+    torch.manual_seed(0)
+    m = _nano_exp().get_model()
+    for bn in (mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm2d)):
+        bn.momentum = None  # cumulative average over the calibration batches
+    x = torch.rand(4, 3, *TEST_SIZE) * 255
+    with torch.no_grad():
+        m.train()
+        for k, feat in enumerate(m.backbone(x)):
+            stem = m.head.stems[k](feat)
+            m.head.cls_convs[k](stem)
+            m.head.reg_convs[k](stem)
+        for conv in list(m.head.obj_preds) + list(m.head.cls_preds):
+            conv.bias.zero_()
+        for conv in m.head.reg_preds:
+            conv.weight.mul_(0.05)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def image_dir(tmp_path_factory):
+    """Six images of different sizes (two in a sub-folder) and one file that is not an image."""
+    root = tmp_path_factory.mktemp("demo_images")
+    rng = np.random.default_rng(0)
+    (root / "sub").mkdir()
+    for i, (h, w) in enumerate([(100, 160), (64, 64), (130, 90), (96, 128), (50, 200), (120, 120)]):
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        cv2.rectangle(img, (w // 4, h // 4), (w // 2, h // 2), (255, 255, 255), -1)
+        cv2.imwrite(str(root / ("sub" if i >= 4 else "") / f"img{i}.png"), img)
+    (root / "broken.jpg").write_bytes(b"not a jpeg at all")
+    return root
+
+
+def _predictor(model, conf=0.3):
+    return Predictor(model, NUM_CLASSES, TEST_SIZE, conf=conf, nms=0.45)
+
+
+def test_batched_detections_equal_one_at_a_time(model, image_dir, log_lines):
+    one = run_on_images(_predictor(model), str(image_dir), 1, [str(i) for i in range(NUM_CLASSES)])
+    four = run_on_images(_predictor(model), str(image_dir), 4, [str(i) for i in range(NUM_CLASSES)])
+    assert sorted(one) == sorted(four) == sorted(
+        ["img0.png", "img1.png", "img2.png", "img3.png", "sub/img4.png", "sub/img5.png"]
+    )
+    assert sum(len(d) for d in one.values()) > 20  # the comparison is not between empty lists
+    for name in one:
+        a, b = one[name], four[name]
+        assert a.shape == b.shape, name
+        np.testing.assert_allclose(a[:, :4], b[:, :4], atol=1e-4)
+        np.testing.assert_allclose(a[:, 4], b[:, 4], atol=1e-5)
+        assert (a[:, 5] == b[:, 5]).all()
+    assert any("broken.jpg" in line and "skipped" in line for line in log_lines)
+
+
+def test_boxes_are_in_original_image_pixels(model, image_dir):
+    dets = run_on_images(_predictor(model), str(image_dir / "sub" / "img4.png"), 1, ["a", "b", "c"])
+    boxes = dets["img4.png"][:, :4]
+    # 50x200 image letterboxed into 96x128: r = 0.64, so input-space boxes reach at most 128 / 0.64
+    assert boxes.size and boxes[:, 2].max() > 128 and boxes.max() <= 128 / 0.64 + 50
+
+
+def test_save_result_and_json(model, image_dir, tmp_path):
+    out = tmp_path / "vis"
+    dets = run_on_images(_predictor(model), str(image_dir), 2, ["a", "b", "c"], out, True, True)
+    assert (out / "sub" / "img4.png").is_file() and (out / "img0.png").is_file()
+    saved = json.loads((out / "detections.json").read_text())
+    assert set(saved) == set(dets)
+    first = saved["img0.png"][0]
+    assert set(first) == {"bbox", "score", "class_id", "class_name"}
+    assert first["class_name"] == "abc"[first["class_id"]]
+    np.testing.assert_allclose(first["bbox"], dets["img0.png"][0, :4], atol=0.01)
+
+
+def test_checkpoint_class_names_and_mismatch_message(model, tmp_path):
+    ckpt = tmp_path / "ckpt.pth"
+    save_checkpoint({"model": model.state_dict(), "class_names": ["cat", "dog", "eel"]}, ckpt)
+    loaded, names = load_inference_model(_nano_exp(), str(ckpt))
+    assert names == ("cat", "dog", "eel")
+    x = torch.rand(1, 3, *TEST_SIZE) * 255
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x))
+    with pytest.raises(RuntimeError, match=r"head\.cls_preds\.0\.weight") as err:
+        load_inference_model(_nano_exp(num_classes=80), str(ckpt))
+    assert "num_classes" in str(err.value)
+
+
+def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_lines):
+    spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main([
+        "image", "-n", "yolox-nano", "--path", str(image_dir), "--tsize", "64", "-b", "4", "--save-json",
+        "num_classes", "3", "output_dir", str(tmp_path),
+    ])
+    assert any("RANDOM weights" in line for line in log_lines)
+    assert any("images/s" in line for line in log_lines)
+    (saved,) = tmp_path.glob("yolox_nano/vis_res/*/detections.json")
+    assert len(json.loads(saved.read_text())) == 6
+
+
+def test_video_frames_in_batches(model, tmp_path):
+    from yolox_fast.core.demo import run_on_stream
+
+    src = tmp_path / "clip.mp4"
+    writer = cv2.VideoWriter(str(src), cv2.VideoWriter_fourcc(*"mp4v"), 10, (160, 120))
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        writer.write(rng.integers(0, 256, (120, 160, 3), dtype=np.uint8))
+    writer.release()
+    out = tmp_path / "out" / "clip.mp4"
+    done = run_on_stream(_predictor(model), str(src), 2, ["a", "b", "c"], out, save_video=True,
+                         save_json=True)
+    assert done == 5  # 2 + 2 + a last partial batch of 1
+    assert len(json.loads(out.with_suffix(".json").read_text())) == 5
+    cap = cv2.VideoCapture(str(out))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 5
+    cap.release()
+
+
+def test_official_yolox_checkpoint_layout_loads(model, tmp_path):
+    # official YOLOX saves {"start_epoch", "model", "optimizer"} with plain torch.save
+    model = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    model(torch.rand(1, 3, *TEST_SIZE)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    path = tmp_path / "yolox_nano.pth"
+    torch.save({"start_epoch": 300, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    loaded, names = load_inference_model(_nano_exp(), str(path))
+    assert names == ("0", "1", "2")  # no names in the checkpoint, 80 COCO names in the exp: indices
+    for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), k

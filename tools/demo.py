@@ -1,0 +1,117 @@
+"""Detect objects in images, a video or a webcam stream, B images/frames per forward.
+
+    python tools/demo.py image -n yolox-s -c yolox_s.pth --path assets/ --save_result -b 8
+    python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --save_result
+    python tools/demo.py webcam -n yolox-nano -c yolox_nano.pth --camid 0
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from loguru import logger
+
+from yolox_fast.core.demo import run_on_images, run_on_stream, timestamped_dir
+from yolox_fast.core.predictor import Predictor, load_inference_model
+from yolox_fast.data.build import dataset_config
+from yolox_fast.exp import get_exp
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser("yolox_fast demo")
+    p.add_argument("demo", choices=("image", "video", "webcam"), help="input kind")
+    p.add_argument("-expn", "--experiment-name", type=str, default=None)
+    p.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
+    p.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
+    p.add_argument("-c", "--ckpt", type=str, default=None, help="checkpoint (ours or official YOLOX)")
+    p.add_argument(
+        "--path", type=str, default=None,
+        help="image file or folder (searched recursively), or video file; default: the exp's val images",
+    )
+    p.add_argument("--camid", type=int, default=0, help="webcam id")
+    p.add_argument("-b", "--batch-size", type=int, default=1, help="images or frames per forward")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--conf", type=float, default=0.3, help="score threshold")
+    p.add_argument("--nms", type=float, default=0.3, help="NMS IoU threshold")
+    p.add_argument("--tsize", type=int, default=None, help="test image size (square)")
+    p.add_argument("--fp16", action="store_true", help="half precision: fp16 on GPU, bf16 on CPU")
+    p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
+    p.add_argument(
+        "--channels-last", action="store_true",
+        help="NHWC memory format: faster (about 1.3x for nano on CPU); boxes then vary with the batch "
+        "size by fp32 rounding",
+    )
+    p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
+    p.add_argument("--save_result", action="store_true", help="write annotated images / video")
+    p.add_argument("--save-json", action="store_true", help="write detections per image as JSON")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Flags, plus trailing `KEY VALUE` exp overrides in `args.opts` (a REMAINDER positional would
+    swallow every flag that follows the demo kind, so the leftovers are collected instead)."""
+    parser = make_parser()
+    args, rest = parser.parse_known_args(argv)
+    unknown = [a for a in rest if a.startswith("-") and not _is_number(a)]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.opts = rest
+    return args
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def default_image_dir(exp) -> str:
+    """The validation images of the exp's dataset (the synthetic shapes set is generated if missing)."""
+    cfg = dataset_config(exp)
+    if cfg["format"] != "coco":
+        raise SystemExit("give --path: the default sample is the validation folder of a COCO-format dataset")
+    return str(Path(cfg["root"]) / cfg["val"]["images"])
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    exp = get_exp(args.exp_file, args.name)
+    exp.merge(args.opts)
+    if args.experiment_name:
+        exp.exp_name = args.experiment_name
+    if args.tsize is not None:
+        exp.test_size = (args.tsize, args.tsize)
+    if args.legacy:
+        logger.info("--legacy has no effect: yolox_fast inputs are always BGR 0-255 without normalisation")
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise SystemExit("--device gpu but CUDA is not available")
+    device = torch.device("cuda" if args.device == "gpu" else "cpu")
+
+    model, class_names = load_inference_model(exp, args.ckpt, device, fuse=args.fuse)
+    predictor = Predictor(
+        model, exp.num_classes, exp.test_size, args.conf, args.nms, device,
+        half=args.fp16, channels_last=args.channels_last,
+    )
+    out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
+
+    if args.demo == "image":
+        run_on_images(
+            predictor, args.path or default_image_dir(exp), args.batch_size, class_names,
+            out_dir=out_dir, save_images=args.save_result, save_json=args.save_json,
+        )
+    else:
+        if args.demo == "video" and args.path is None:
+            raise SystemExit("video: give --path to a video file")
+        source = args.camid if args.demo == "webcam" else args.path
+        name = f"camera{args.camid}.mp4" if args.demo == "webcam" else Path(args.path).stem + ".mp4"
+        run_on_stream(
+            predictor, source, args.batch_size, class_names, out_path=out_dir / name,
+            save_video=args.save_result, save_json=args.save_json, show=args.demo == "webcam",
+        )
+
+
+if __name__ == "__main__":
+    main()

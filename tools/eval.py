@@ -1,0 +1,121 @@
+"""Evaluate a checkpoint on the exp's validation split (COCO AP or VOC mAP, by the dataset's format).
+
+    python tools/eval.py -n yolox-s -c yolox_s.pth -b 64 --conf 0.001 --fuse
+    python tools/eval.py -f exps/yolox_nano.py -b 8 -d 2                       # 2 processes
+    torchrun --nproc_per_node 8 tools/eval.py -n yolox-m -c yolox_m.pth -b 64    # under torchrun
+    python tools/eval.py -n yolox-s -c yolox_s.pth --speed                     # timing only
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+
+import torch
+from loguru import logger
+
+from yolox_fast.core.launch import launch
+from yolox_fast.core.predictor import load_inference_model
+from yolox_fast.exp import get_exp
+from yolox_fast.utils import dist as dist_utils
+from yolox_fast.utils.logger import setup_logger
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser("yolox_fast eval")
+    p.add_argument("-expn", "--experiment-name", type=str, default=None)
+    p.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
+    p.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
+    p.add_argument("-c", "--ckpt", type=str, default=None,
+                   help="default: <output_dir>/<exp_name>/best_ckpt.pth")
+    p.add_argument("-b", "--batch-size", type=int, default=64, help="total batch size over all processes")
+    p.add_argument("-d", "--devices", type=int, default=1, help="processes to start (GPUs, or CPU workers)")
+    p.add_argument("--dist-backend", type=str, default=None, help="default: nccl on CUDA, gloo on CPU")
+    p.add_argument("--dist-url", type=str, default=None, help="tcp://HOST:PORT of machine 0 (multi-machine)")
+    p.add_argument("--num_machines", type=int, default=1)
+    p.add_argument("--machine_rank", type=int, default=0)
+    p.add_argument("--conf", type=float, default=None, help="score threshold (exp.test_conf)")
+    p.add_argument("--nms", type=float, default=None, help="NMS IoU threshold (exp.nmsthre)")
+    p.add_argument("--tsize", type=int, default=None, help="square test size (exp.test_size)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--fp16", action="store_true", help="half precision: fp16 on CUDA, bf16 on CPU")
+    p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
+    p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
+    p.add_argument(
+        "--test", action="store_true",
+        help="COCO test-dev: write the result json for the server instead of scoring (the exp's dataset "
+        "description must name the test-dev images and image-info json as its val split)",
+    )
+    p.add_argument("--speed", action="store_true", help="time inference and NMS only")
+    p.add_argument("opts", nargs=argparse.REMAINDER, help="exp overrides: KEY VALUE ...")
+    return p
+
+
+def evaluate(args) -> tuple:
+    """Run in every process of the job; returns (ap50_95, ap50, summary) (the same on every rank)."""
+    exp = build_exp(args)
+    rank = dist_utils.get_rank()
+    world = dist_utils.get_world_size()
+    save_dir = os.path.join(exp.output_dir, exp.exp_name)
+    setup_logger(save_dir, distributed_rank=rank, filename="val_log.txt")
+    if args.legacy:
+        logger.info("--legacy has no effect: yolox_fast inputs are always BGR 0-255 without normalisation")
+    if args.seed is not None:
+        random.seed(args.seed)
+        torch.manual_seed(args.seed)
+    if world > 1 and args.batch_size % world:
+        raise ValueError(f"batch size {args.batch_size} is not divisible by the {world} processes")
+    device = torch.device(f"cuda:{dist_utils.get_local_rank()}" if torch.cuda.is_available() else "cpu")
+
+    ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
+    if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
+        ckpt = None  # timing does not need trained weights (load_inference_model warns)
+    model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
+    logger.info(f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
+                f"{world} process(es), batch {args.batch_size // world} per process, device {device}")
+
+    evaluator = exp.get_evaluator(args.batch_size // world, world > 1)
+    if args.test:
+        if not hasattr(evaluator, "testdev"):
+            raise ValueError("--test (COCO test-dev) needs a COCO-format dataset")
+        evaluator.testdev = True
+        evaluator.testdev_json = os.path.join(save_dir, "yolox_testdev_2017.json")
+    evaluator.class_names = class_names
+    ap50_95, ap50, summary = evaluator.evaluate(model, world > 1, args.fp16, speed_only=args.speed)
+    logger.info("\n" + summary)
+    if not (args.speed or args.test):
+        logger.info(f"AP50:95 {ap50_95:.4f}  AP50 {ap50:.4f}")
+    return ap50_95, ap50, summary
+
+
+def build_exp(args):
+    """The exp of -f/-n with the trailing overrides and the command-line thresholds applied."""
+    exp = get_exp(args.exp_file, args.name)
+    exp.merge(args.opts)
+    if args.experiment_name:
+        exp.exp_name = args.experiment_name
+    if args.conf is not None:
+        exp.test_conf = args.conf
+    if args.nms is not None:
+        exp.nmsthre = args.nms
+    if args.tsize is not None:
+        exp.test_size = (args.tsize, args.tsize)
+    return exp
+
+
+def main(argv=None) -> None:
+    args = make_parser().parse_args(argv)
+    build_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every process
+    # each process rebuilds the exp: an exp class loaded from a file does not pickle into spawned workers
+    launch(
+        evaluate,
+        args.devices,
+        num_machines=args.num_machines,
+        machine_rank=args.machine_rank,
+        backend=args.dist_backend,
+        dist_url=args.dist_url,
+        args=(args,),
+    )
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Demo throughput: images/s of the batched Predictor (letterbox + forward + NMS) at several batch sizes.
+
+    python tools/benchmark.py demo                       # nano at 416 on CPU, batch 1 vs 8 vs 32
+    python tools/benchmark.py demo --device gpu --fp16 --exp yolox-s --tsize 640
+
+Each batch size runs in the default NCHW layout and in channels_last. All settings run in the same
+process on the same images, interleaved over several rounds, and the best round of each is reported
+(other processes only ever slow a round down), so the speed-up column compares like with like even on
+a machine whose load changes; the range column shows the spread. Weights are random (throughput does
+not depend on them, except for the NMS share).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import List, Sequence
+
+import numpy as np
+import torch
+from loguru import logger
+from tabulate import tabulate
+
+from yolox_fast.core.predictor import Predictor
+from yolox_fast.exp import get_exp
+from yolox_fast.utils.boxes import fuse_model
+
+
+def make_images(n: int, seed: int = 0) -> List[np.ndarray]:
+    """`n` random BGR images of camera-like sizes (480x640 and 720x1280 alternating)."""
+    rng = np.random.default_rng(seed)
+    sizes = [(480, 640, 3), (720, 1280, 3)]
+    return [rng.integers(0, 256, sizes[i % 2], dtype=np.uint8) for i in range(n)]
+
+
+def images_per_second(predictor: Predictor, images: Sequence[np.ndarray], batch_size: int) -> float:
+    """End-to-end throughput over `images` in batches of `batch_size`."""
+    start = time.perf_counter()
+    for i in range(0, len(images), batch_size):
+        predictor.predict(list(images[i : i + batch_size]))
+    return len(images) / (time.perf_counter() - start)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser("python tools/benchmark.py demo")
+    p.add_argument("--exp", default="yolox-nano", help="model name (-n of the tools)")
+    p.add_argument("--tsize", type=int, default=416)
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--images", type=int, default=32, help="images per round (rounded up to whole batches)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds over all settings; the best is shown")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--fp16", action="store_true")
+    p.add_argument("--fuse", action="store_true")
+    p.add_argument("--no-channels-last", action="store_true", help="measure the default NCHW layout only")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    args = p.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "gpu" else "cpu")
+    exp = get_exp(exp_name=args.exp)
+    model = exp.get_model().eval()
+    if args.fuse:
+        model = fuse_model(model)
+    model.to(device)
+    layouts = [False] if args.no_channels_last else [False, True]
+    predictors = {
+        cl: Predictor(model, exp.num_classes, (args.tsize, args.tsize), 0.3, 0.45, device, args.fp16, cl)
+        for cl in layouts
+    }
+    step = max(args.batch_sizes)
+    images = make_images(-(-args.images // step) * step)
+    logger.info(
+        f"{args.exp} at {args.tsize}, {len(images)} images x {args.rounds} rounds per setting, "
+        f"device {device}, {torch.get_num_threads()} CPU threads, fp16 {args.fp16}, fuse {args.fuse}"
+    )
+
+    settings = [(cl, b) for cl in layouts for b in args.batch_sizes]
+    runs = {s: [] for s in settings}
+    for cl, b in settings:  # warm-up: oneDNN picks and caches kernels per shape and layout
+        predictors[cl].model.to(memory_format=predictors[cl].memory_format)
+        predictors[cl].predict(images[:b])
+    for _ in range(args.rounds):
+        for cl, b in settings:
+            # the predictors share one model: put it in this setting's memory format
+            predictors[cl].model.to(memory_format=predictors[cl].memory_format)
+            runs[(cl, b)].append(images_per_second(predictors[cl], images, b))
+    base = max(runs[settings[0]])
+    rows = []
+    for cl, b in settings:
+        ips = max(runs[(cl, b)])
+        spread = f"{min(runs[(cl, b)]):.1f}-{max(runs[(cl, b)]):.1f}"
+        layout = "channels_last" if cl else "NCHW"
+        rows.append((layout, b, f"{ips:.1f}", spread, f"{1000 / ips:.1f}", f"{ips / base:.2f}x"))
+    headers = ("layout", "batch", "images/s", "range", "ms/image", f"vs NCHW batch {args.batch_sizes[0]}")
+    print(tabulate(rows, headers=headers))
+
+if __name__ == "__main__":
+    main()

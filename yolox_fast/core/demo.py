@@ -1,0 +1,193 @@
+"""The demo's loops: images from a folder or frames from a video/webcam, B at a time through a Predictor."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+from loguru import logger
+
+from yolox_fast.core.predictor import Predictor
+from yolox_fast.utils.visualize import draw_detections
+
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def list_images(path: str) -> List[Path]:
+    """`path` itself if a file, else every image under it (recursively, sorted)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise FileNotFoundError(f"no such image file or folder: {path}")
+    return sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS)
+
+
+def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> List[Dict[str, Any]]:
+    """(K, 6) detections -> [{"bbox": [x1, y1, x2, y2], "score", "class_id", "class_name"}] (original px)."""
+    return [
+        {
+            "bbox": [round(v, 2) for v in (x1, y1, x2, y2)],
+            "score": round(score, 5),
+            "class_id": int(cls),
+            "class_name": class_names[int(cls)] if int(cls) < len(class_names) else str(int(cls)),
+        }
+        for x1, y1, x2, y2, score, cls in dets.tolist()
+    ]
+
+
+def _read_batches(paths: Sequence[Path], batch_size: int) -> Iterator[Tuple[List[Path], List[np.ndarray]]]:
+    """Batches of up to `batch_size` decoded images; an unreadable file is reported and left out."""
+    names: List[Path] = []
+    images: List[np.ndarray] = []
+    for path in paths:
+        img = cv2.imread(str(path))
+        if img is None:
+            logger.warning(f"cannot read image {path}: skipped")
+            continue
+        names.append(path)
+        images.append(img)
+        if len(images) == batch_size:
+            yield names, images
+            names, images = [], []
+    if images:
+        yield names, images
+
+
+def run_on_images(
+    predictor: Predictor,
+    path: str,
+    batch_size: int,
+    class_names: Sequence[str],
+    out_dir: Optional[Path] = None,
+    save_images: bool = False,
+    save_json: bool = False,
+) -> Dict[str, np.ndarray]:
+    """Detect on every image at `path` (file or folder), `batch_size` images per forward.
+
+    Returns {path relative to `path`: (K, 6) detections}. `save_images`: annotated copies under
+    `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`.
+    Logs images/s (end to end) and the model's own images/s (forward + NMS).
+    """
+    if (save_images or save_json) and out_dir is None:
+        raise ValueError("saving images or JSON needs an out_dir")
+    paths = list_images(path)
+    if not paths:
+        raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTS)}) under {path}")
+    base = Path(path) if Path(path).is_dir() else Path(path).parent
+    results: Dict[str, np.ndarray] = {}
+    start = time.perf_counter()
+    for names, images in _read_batches(paths, batch_size):
+        for name, img, dets in zip(names, images, predictor.predict(images)):
+            rel = str(name.relative_to(base))
+            results[rel] = dets
+            if save_images:
+                out = out_dir / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                cv2.imwrite(str(out), draw_detections(img, dets, class_names, predictor.conf))
+    elapsed = time.perf_counter() - start
+    skipped = len(paths) - len(results)
+    logger.info(
+        f"{len(results)} images ({skipped} unreadable, skipped) in {elapsed:.2f} s: "
+        f"{len(results) / max(elapsed, 1e-9):.1f} images/s end to end, "
+        f"{predictor.num_images / max(predictor.forward_s + predictor.nms_s, 1e-9):.1f} images/s model "
+        f"(batch {batch_size})"
+    )
+    if save_json:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / "detections.json", "w") as f:
+            json.dump({k: detections_to_records(v, class_names) for k, v in results.items()}, f, indent=1)
+        logger.info(f"detections written to {out_dir / 'detections.json'}")
+    if save_images and results:
+        logger.info(f"annotated images under {out_dir}")
+    return results
+
+
+def run_on_stream(
+    predictor: Predictor,
+    source: str | int,
+    batch_size: int,
+    class_names: Sequence[str],
+    out_path: Optional[Path] = None,
+    save_video: bool = False,
+    save_json: bool = False,
+    show: bool = False,
+) -> int:
+    """Detect on a video file or a camera id, `batch_size` frames per forward; returns frames processed.
+
+    `save_video`: annotated `out_path` (.mp4); `save_json`: detections per frame in `out_path` with a
+    .json suffix; `show` opens a window (ESC or q stops) when this OpenCV build has GUI support.
+    """
+    if (save_video or save_json) and out_path is None:
+        raise ValueError("saving the video or JSON needs an out_path")
+    cap = cv2.VideoCapture(source)
+    if not cap.isOpened():
+        raise FileNotFoundError(f"cannot open video source {source!r}")
+    fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
+    writer = None
+    per_frame: List[List[Dict[str, Any]]] = []
+    frames_done = 0
+    stop = False
+    start = time.perf_counter()
+    try:
+        while not stop:
+            frames = []
+            while len(frames) < batch_size:
+                ok, frame = cap.read()
+                if not ok:
+                    break
+                frames.append(frame)
+            if not frames:
+                break
+            for frame, dets in zip(frames, predictor.predict(frames)):
+                drawn = draw_detections(frame, dets, class_names, predictor.conf)
+                if save_video:
+                    if writer is None:
+                        out_path.parent.mkdir(parents=True, exist_ok=True)
+                        h, w = frame.shape[:2]
+                        writer = cv2.VideoWriter(str(out_path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
+                    writer.write(drawn)
+                if save_json:
+                    per_frame.append(detections_to_records(dets, class_names))
+                if show and not stop:
+                    shown = _show(drawn)
+                    stop, show = shown is None, bool(shown)
+            frames_done += len(frames)
+            stop = stop or len(frames) < batch_size
+    except KeyboardInterrupt:
+        logger.info("interrupted")
+    finally:
+        cap.release()
+        if writer is not None:
+            writer.release()
+        elapsed = time.perf_counter() - start
+        fps_done = frames_done / max(elapsed, 1e-9)
+        logger.info(f"{frames_done} frames in {elapsed:.2f} s: {fps_done:.1f} frames/s")
+        if writer is not None:
+            logger.info(f"annotated video written to {out_path}")
+        if save_json:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(out_path.with_suffix(".json"), "w") as f:
+                json.dump(per_frame, f)
+            logger.info(f"detections per frame written to {out_path.with_suffix('.json')}")
+    return frames_done
+
+
+def _show(frame: np.ndarray) -> Optional[bool]:
+    """Display `frame`: True to go on, False if this OpenCV has no GUI (said once), None if ESC/q."""
+    try:
+        cv2.imshow("yolox_fast demo", frame)
+        key = cv2.waitKey(1) & 0xFF
+    except cv2.error:
+        logger.warning("this OpenCV build cannot open windows (headless); --save_result keeps the output")
+        return False
+    return None if key in (27, ord("q")) else True
+
+
+def timestamped_dir(root: str, exp_name: str) -> Path:
+    """<root>/<exp_name>/vis_res/<YYYY_MM_DD_HH_MM_SS>, as YOLOX's demo."""
+    return Path(root) / exp_name / "vis_res" / time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime())
+

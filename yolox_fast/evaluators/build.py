@@ -1,0 +1,35 @@
+"""build_evaluator: the COCO or VOC evaluator for an exp's validation split, by the dataset's format."""
+from __future__ import annotations
+
+from yolox_fast.data.config import load_dataset_config
+from yolox_fast.evaluators.coco import COCOEvaluator
+from yolox_fast.evaluators.voc import VOCEvaluator
+
+
+def build_evaluator(exp, batch_size: int, is_distributed: bool, testdev: bool = False):
+    """COCOEvaluator or VOCEvaluator over `exp.get_eval_loader(batch_size, is_distributed)`.
+
+    The choice follows the "format" of the dataset description `exp.dataset`; thresholds and input
+    size come from exp.test_conf, exp.nmsthre, exp.test_size. VOC: 11-point AP when every val set is
+    VOC2007, else area under the PR curve. `testdev` (COCO only) writes the
+    result json for the test-dev server instead of scoring.
+    """
+    cfg = load_dataset_config(exp.dataset)
+    fmt = cfg["format"]
+    loader = exp.get_eval_loader(batch_size, is_distributed)
+    class_names = exp.get_class_names()
+    common = dict(
+        dataloader=loader,
+        img_size=exp.test_size,
+        confthre=exp.test_conf,
+        nmsthre=exp.nmsthre,
+        num_classes=exp.num_classes,
+        class_names=class_names,
+    )
+    if fmt == "voc":
+        if testdev:
+            raise ValueError("--test (COCO test-dev) does not apply to a VOC-format dataset")
+        # VOC2007 test is scored with the 11-point AP of its devkit; later years use the area under the curve
+        use_07 = all(str(year) == "2007" for year, _ in cfg["val"]["sets"])
+        return VOCEvaluator(**common, use_07_metric=use_07)
+    return COCOEvaluator(**common, testdev=testdev)

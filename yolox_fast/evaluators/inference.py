@@ -1,0 +1,223 @@
+"""Run a detector over an eval loader and collect per-image detections, across ranks.
+
+Both evaluators share this: batched forward, `postprocess`, boxes mapped back to original image
+coordinates, and the distributed protocol (each rank its own shard, everything gathered to rank 0,
+rank 0 scores, the result broadcast so every rank returns the same numbers).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from yolox_fast.utils import dist as dist_utils
+from yolox_fast.utils.boxes import postprocess
+
+# (K, 6) float64 per image: x1, y1, x2, y2 in original image pixels, score = obj * cls_conf, class index
+Detections = np.ndarray
+
+
+@dataclass
+class InferenceResult:
+    """What one pass over (a shard of) the eval set produced."""
+
+    detections: Dict[Any, Detections] = field(default_factory=dict)  # image id -> (K, 6)
+    forward_s: float = 0.0  # model forward time, summed over batches
+    nms_s: float = 0.0  # postprocess (confidence filter + NMS) time, summed
+    num_images: int = 0
+
+    def timing_text(self) -> str:
+        n = max(self.num_images, 1)
+        fwd, nms = 1000 * self.forward_s / n, 1000 * self.nms_s / n
+        return (
+            f"Average forward time: {fwd:.2f} ms, Average NMS time: {nms:.2f} ms, "
+            f"Average inference time: {fwd + nms:.2f} ms (per image, {self.num_images} images)"
+        )
+
+
+def letterbox_ratio(img_size: Sequence[int], orig_hw: Sequence[int]) -> float:
+    """r = min(H / h, W / w): the scale the letterbox applied to an (h, w) image for input (H, W)."""
+    return min(img_size[0] / float(orig_hw[0]), img_size[1] / float(orig_hw[1]))
+
+
+def autocast_context(device: torch.device, half: bool):
+    """fp16 autocast on CUDA, bf16 on CPU (CPU fp16 convolutions are slow or missing); no-op if not half."""
+    if not half:
+        return contextlib.nullcontext()
+    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _sync(device: torch.device) -> None:
+    # CUDA kernels are asynchronous: without a sync the forward time would land in the NMS time
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _split_info(img_info: Any, batch_size: int) -> List[Tuple[float, float]]:
+    """(orig_h, orig_w) per image from whatever the default collate made of the per-item tuples.
+
+    Default collate turns B tuples (h, w) into [h (B,), w (B,)]; a custom collate may keep a list of
+    B tuples, or stack into a (B, 2) tensor.
+    """
+    if isinstance(img_info, torch.Tensor) and img_info.dim() == 2:
+        return [(float(h), float(w)) for h, w in img_info.tolist()]
+    if (
+        isinstance(img_info, (list, tuple))
+        and len(img_info) == 2
+        and all(isinstance(x, (torch.Tensor, np.ndarray)) and np.ndim(x) == 1 for x in img_info)
+    ):
+        hs, ws = (np.asarray(x, dtype=np.float64) for x in img_info)
+        return list(zip(hs.tolist(), ws.tolist()))
+    infos = [(float(x[0]), float(x[1])) for x in img_info]
+    if len(infos) != batch_size:
+        raise ValueError(f"img_info has {len(infos)} entries for a batch of {batch_size}")
+    return infos
+
+
+def _split_ids(img_ids: Any) -> List[Any]:
+    """Image ids as plain Python scalars (ints for numeric ids, so they pickle and hash simply)."""
+    if isinstance(img_ids, (torch.Tensor, np.ndarray)):
+        return [x.item() if hasattr(x, "item") else x for x in np.asarray(img_ids).reshape(-1)]
+    return [x.item() if hasattr(x, "item") else x for x in img_ids]
+
+
+def to_original_coords(
+    outputs: List[torch.Tensor | None], infos: Sequence[Tuple[float, float]], img_size: Sequence[int]
+) -> List[Detections]:
+    """postprocess output (K, 7) [x1, y1, x2, y2, obj, cls_conf, cls] in input px -> (K, 6) per image.
+
+    Boxes are divided by the letterbox ratio, so they are in original image pixels; score = obj * cls_conf.
+    """
+    result = []
+    for out, hw in zip(outputs, infos):
+        if out is None or len(out) == 0:
+            result.append(np.zeros((0, 6), dtype=np.float64))
+            continue
+        out = out.detach().float().cpu().numpy().astype(np.float64)
+        dets = np.empty((len(out), 6), dtype=np.float64)
+        dets[:, :4] = out[:, :4] / letterbox_ratio(img_size, hw)
+        dets[:, 4] = out[:, 4] * out[:, 5]
+        dets[:, 5] = out[:, 6]
+        result.append(dets)
+    return result
+
+
+@torch.no_grad()
+def run_inference(
+    model: nn.Module,
+    dataloader: Iterable,
+    img_size: Sequence[int],
+    num_classes: int,
+    confthre: float,
+    nmsthre: float,
+    half: bool = False,
+) -> InferenceResult:
+    """Detections of `model` for every image of this rank's loader (B images per forward).
+
+    The loader yields (imgs (B, 3, H, W) float32 letterboxed to `img_size`, targets, img_info
+    (orig_h, orig_w) per image, img_ids). The model is put in eval mode and left there.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    result = InferenceResult()
+    for imgs, _, img_info, img_ids in dataloader:
+        ids = _split_ids(img_ids)
+        infos = _split_info(img_info, len(ids))
+        imgs = imgs.to(device, non_blocking=True).float()
+
+        _sync(device)
+        t0 = time.perf_counter()
+        with autocast_context(device, half):
+            outputs = model(imgs)
+        outputs = outputs.float()
+        _sync(device)
+        t1 = time.perf_counter()
+        outputs = postprocess(outputs, num_classes, confthre, nmsthre)
+        _sync(device)
+        t2 = time.perf_counter()
+
+        result.forward_s += t1 - t0
+        result.nms_s += t2 - t1
+        result.num_images += len(ids)
+        for img_id, dets in zip(ids, to_original_coords(outputs, infos, img_size)):
+            if img_id in result.detections:
+                raise RuntimeError(f"image id {img_id!r} appears twice in this rank's eval loader")
+            result.detections[img_id] = dets
+    return result
+
+
+def gather_inference(local: InferenceResult) -> InferenceResult | None:
+    """Merge every rank's result on rank 0 (None on the other ranks).
+
+    Raises on rank 0 if two ranks evaluated the same image: the eval sampler must shard without
+    padding, otherwise duplicated images would be scored twice. `evaluate_on_all_ranks` calls this
+    so that such an error reaches every rank instead of leaving them waiting.
+    """
+    parts = dist_utils.gather_object(local)
+    if parts is None:
+        return None
+    merged = InferenceResult()
+    for rank, part in enumerate(parts):
+        dupes = merged.detections.keys() & part.detections.keys()
+        if dupes:
+            raise RuntimeError(
+                f"rank {rank} evaluated {len(dupes)} image(s) another rank also evaluated "
+                f"(e.g. {sorted(dupes, key=str)[:3]}): the eval loader must give each rank a disjoint shard"
+            )
+        merged.detections.update(part.detections)
+        merged.forward_s += part.forward_s
+        merged.nms_s += part.nms_s
+        merged.num_images += part.num_images
+    return merged
+
+
+def evaluate_on_all_ranks(
+    infer_fn: Callable[[], InferenceResult], score_fn: Callable[[InferenceResult], Any], distributed: bool
+) -> Any:
+    """Run `infer_fn` on every rank, gather to rank 0, `score_fn(merged)` there; its value on every rank.
+
+    A failure on any rank, in inference (a bad image, out of memory) or in scoring on rank 0
+    (duplicate images, pycocotools), is made known to every rank, which all raise RuntimeError naming
+    it: no rank is left blocked in a collective the others will never join. With `distributed`
+    False (or no process group) this process scores its own loader alone, and the original
+    exception propagates unchanged.
+    """
+    if not (distributed and dist_utils.is_distributed()):
+        local = infer_fn()
+        return score_fn(local)
+
+    local, error = None, None
+    try:
+        local = infer_fn()
+    except Exception as err:  # noqa: BLE001 -- shared with every rank below, then raised everywhere
+        error = f"rank {dist_utils.get_rank()}: {type(err).__name__}: {err}"
+    errors = [e for e in dist_utils.all_gather_object(error) if e]
+    if errors:
+        raise RuntimeError("evaluation failed during inference on " + "; ".join(errors))
+
+    status, payload = "ok", None
+    try:
+        merged = gather_inference(local)
+        if merged is not None:
+            payload = score_fn(merged)
+    except Exception as err:  # noqa: BLE001 -- forwarded to every rank below, then re-raised
+        status, payload = "error", f"{type(err).__name__}: {err}"
+    status, payload = dist_utils.broadcast_object((status, payload), src=0)
+    if status == "error":
+        raise RuntimeError(f"evaluation failed on rank 0: {payload}")
+    return payload
+
+
+def check_not_empty(dataloader: Any) -> None:
+    """An empty eval set would report AP 0 as if the model were useless: make it an error instead."""
+    dataset = getattr(dataloader, "dataset", None)
+    if dataset is not None and len(dataset) == 0:
+        raise ValueError(
+            "the eval set is empty: check the dataset description's val split (images / ann / sets)"
+        )
