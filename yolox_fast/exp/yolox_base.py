@@ -63,6 +63,7 @@ class Exp(BaseExp):
         self.box_max_aspect = 20.0
 
         # ---------------- training ---------------- #
+        self.batch_size = 64  # total batch over all processes when tools/train.py gets no -b
         self.warmup_epochs = 5
         self.max_epoch = 300
         self.warmup_lr = 0

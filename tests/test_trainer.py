@@ -1,0 +1,202 @@
+"""Trainer end to end on a tiny synthetic set: it learns, evaluates, checkpoints, resumes exactly, and
+stops safely on signals, non-finite losses and broken checkpoints."""
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from yolox_fast.core.trainer import Trainer, resolve_amp_dtype, run_training
+from yolox_fast.exp import get_exp
+from yolox_fast.utils.checkpoint import load_checkpoint, save_checkpoint
+from yolox_fast.utils.lr_scheduler import LRScheduler
+
+REPO = Path(__file__).resolve().parents[1]
+EXP_FILE = str(REPO / "exps" / "example" / "shapes_nano.py")
+LOG_LINE = re.compile(
+    r"epoch: (\d+)/(\d+), iter: (\d+)/(\d+), .*total_loss: ([\d.naninf]+),.*l1_loss: ([\d.naninf]+),.* lr: ([\d.e+-]+), size"
+)
+
+
+def load_train_tool():
+    spec = importlib.util.spec_from_file_location("train_tool", REPO / "tools" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def running(cmd, **kwargs):
+    """Popen in its own session; whatever is left of it (workers included) is killed on the way out."""
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kwargs)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def tiny_opts(description: str, out: Path, **overrides) -> list:
+    """exp overrides for a seconds-long run at 64 px on the tiny set."""
+    opts = {
+        "dataset": description, "output_dir": str(out), "input_size": "(64,64)", "test_size": "(64,64)",
+        "random_size": "(2,2)", "data_num_workers": 0, "max_epoch": 2, "no_aug_epochs": 1,
+        "warmup_epochs": 1, "eval_interval": 1, "print_interval": 1, "basic_lr_per_img": 0.002,
+        "seed": 0,
+    }
+    opts.update(overrides)
+    return [str(x) for kv in opts.items() for x in kv]
+
+
+def train_args(description: str, out: Path, *flags, **overrides):
+    return load_train_tool().parse_args(["-f", EXP_FILE, "-expn", "run", "-b", "4", *flags, *tiny_opts(description, out, **overrides)])
+
+
+def logged_iterations(log: Path):
+    """[(epoch, iter, total_loss - l1_loss, lr)] of every progress line of a train_log.txt (1-based epoch
+    and iter). The L1 term is left out: it joins only in the last epochs and would hide the trend."""
+    return [
+        (int(m[1]), int(m[3]), float(m[5]) - float(m[6]), float(m[7]))
+        for m in (LOG_LINE.search(line) for line in log.read_text().splitlines())
+        if m
+    ]
+
+
+def iters_per_epoch(log: Path) -> int:
+    return int(LOG_LINE.search(log.read_text())[4])
+
+
+@pytest.mark.slow
+def test_two_epoch_run_learns_evaluates_and_checkpoints(tiny_shapes_coco, tmp_path):
+    args = train_args(tiny_shapes_coco["config"], tmp_path, max_epoch=4, basic_lr_per_img=0.01)
+    run_training(args)
+    run = tmp_path / "run"
+    log = (run / "train_log.txt").read_text()
+    steps = logged_iterations(run / "train_log.txt")
+    per_epoch = iters_per_epoch(run / "train_log.txt")
+    assert [(e, i) for e, i, _, _ in steps] == [(e, i) for e in range(1, 5) for i in range(1, per_epoch + 1)]
+    first = [loss for e, _, loss, _ in steps if e == 1]
+    last = [loss for e, _, loss, _ in steps if e == 4]
+    assert sum(last) / len(last) < sum(first) / len(first) - 0.2  # it learns
+    assert log.count("AP50:95") >= 4  # eval every epoch (eval_interval 1)
+    assert log.count("mosaic and mixup off") == 1  # exactly the last no_aug epoch
+    for name in ("latest", "best", "last_mosaic_epoch"):
+        assert (run / f"{name}_ckpt.pth").is_file(), name
+    assert (run / "demo.jpg").is_file()
+    ckpt = load_checkpoint(run / "latest_ckpt.pth")
+    assert {"model", "raw_model", "ema", "optimizer", "scaler", "start_epoch", "iter", "best_ap",
+            "class_names", "exp"} <= set(ckpt)
+    assert ckpt["start_epoch"] == 4 and ckpt["iter"] == 0
+    assert ckpt["ema"]["updates"] == len(steps)
+    assert ckpt["class_names"][:2] == ["circle", "square"]
+    assert ckpt["exp"]["max_epoch"] == 4
+    assert load_checkpoint(run / "last_mosaic_epoch_ckpt.pth")["start_epoch"] == 3
+    assert any((run / "tensorboard").iterdir())
+
+
+@pytest.mark.slow
+def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coco, tmp_path):
+    opts = tiny_opts(tiny_shapes_coco["config"], tmp_path, max_epoch=3, eval_interval=10)
+    cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-f", EXP_FILE, "-expn", "run", "-b", "2",
+           "--logger", "none", *opts]
+    log = tmp_path / "run" / "train_log.txt"
+    with running(cmd) as proc:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if log.is_file() and "epoch: 2/3, iter: 2/" in log.read_text():
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    ckpt = load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")
+    per_epoch = iters_per_epoch(log)
+    assert ckpt["start_epoch"] == 1 and 0 < ckpt["iter"] < per_epoch  # saved mid-epoch 2 (0-based 1)
+
+    resumed = subprocess.run(cmd[:2] + ["--resume"] + cmd[2:], cwd=REPO, capture_output=True, text=True, timeout=300,
+                             check=False)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    steps = logged_iterations(log)
+    positions = [(e, i) for e, i, _, _ in steps]
+    assert sorted(positions) == [(e, i) for e in (1, 2, 3) for i in range(1, per_epoch + 1)]  # none lost or repeated
+    final = load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")
+    assert final["start_epoch"] == 3 and final["ema"]["updates"] == 3 * per_epoch
+    exp = final["exp"]
+    sched = LRScheduler("yoloxwarmcos", exp["basic_lr_per_img"] * 2, per_epoch, 3, warmup_epochs=1,
+                        warmup_lr_start=0, no_aug_epochs=1, min_lr_ratio=exp["min_lr_ratio"])
+    for e, i, _, lr in steps:  # the schedule continues where it stopped
+        assert lr == pytest.approx(sched.update_lr((e - 1) * per_epoch + i - 1), rel=2e-3, abs=1e-9)
+
+    # and so does the loss curve: weights, optimizer state and batch stream are those of a run
+    # that was never interrupted
+    reference = cmd[:cmd.index("-expn") + 1] + ["straight"] + cmd[cmd.index("-expn") + 2:]
+    assert subprocess.run(reference, cwd=REPO, capture_output=True, timeout=300, check=False).returncode == 0
+    straight = {(e, i): loss for e, i, loss, _ in logged_iterations(tmp_path / "straight" / "train_log.txt")}
+    for e, i, loss, _ in steps:
+        assert loss == pytest.approx(straight[(e, i)], abs=2e-3), (e, i)
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "latest_ckpt.pth"
+    save_checkpoint({"model": {"w": torch.zeros(1000)}, "start_epoch": 1}, path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    args = train_args("shapes", tmp_path, "--resume", "-c", str(path))
+    exp = get_exp(args.exp_file)
+    exp.merge(args.opts)
+    trainer = Trainer(exp, args)
+    with pytest.raises(RuntimeError, match=f"{re.escape(str(path))}.*truncated or corrupt"):
+        trainer.before_train()
+
+
+def test_fp16_on_cpu_resolves_to_bf16_with_one_warning():
+    from loguru import logger
+
+    seen = []
+    sink = logger.add(seen.append, level="WARNING")
+    try:
+        assert resolve_amp_dtype(True, False, torch.device("cpu")) is torch.bfloat16
+        assert resolve_amp_dtype(False, True, torch.device("cpu")) is torch.bfloat16
+        assert resolve_amp_dtype(False, False, torch.device("cpu")) is None
+    finally:
+        logger.remove(sink)
+    assert len(seen) == 1 and "bfloat16" in seen[0]
+
+
+@pytest.mark.slow
+def test_fp16_flag_on_cpu_trains_in_bf16(tiny_shapes_coco, tmp_path):
+    args = train_args(tiny_shapes_coco["config"], tmp_path, "--fp16", "--logger", "none", max_epoch=1, no_aug_epochs=0)
+    run_training(args)
+    log = (tmp_path / "run" / "train_log.txt").read_text()
+    assert log.count("using bfloat16 autocast instead") == 1
+    assert "bfloat16" in log.split("exp\n")[0]  # the start-up summary names the precision used
+    steps = logged_iterations(tmp_path / "run" / "train_log.txt")
+    assert steps and all(s[2] == s[2] and s[2] < float("inf") for s in steps)
+    assert load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")["start_epoch"] == 1
+
+
+@pytest.mark.slow
+def test_ten_non_finite_losses_in_a_row_stop_with_a_checkpoint(tiny_shapes_coco, tmp_path, monkeypatch):
+    args = train_args(tiny_shapes_coco["config"], tmp_path, "--logger", "none", max_epoch=20, eval_interval=100)
+    exp = get_exp(args.exp_file)
+    exp.merge(args.opts)
+    nan_batches = lambda inps, targets, size: (inps * float("nan"), targets)
+    monkeypatch.setattr(exp, "preprocess", nan_batches)
+    trainer = Trainer(exp, args)
+    with pytest.raises(RuntimeError, match="non-finite for 10 iterations in a row"):
+        trainer.train()
+    log = (tmp_path / "run" / "train_log.txt").read_text()
+    assert log.count("step skipped") == 10
+    ckpt = load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")
+    assert ckpt["ema"]["updates"] == 0  # no step was taken on a non-finite loss
+    for k, v in ckpt["raw_model"].items():  # weights and BN statistics untouched by the bad batches
+        assert torch.isfinite(v.float()).all(), k
+    assert int(ckpt["raw_model"]["backbone.backbone.stem.conv.bn.num_batches_tracked"]) == 0

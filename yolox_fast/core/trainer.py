@@ -1,0 +1,586 @@
+"""Trainer: the YOLOX training loop (native AMP, DDP, EMA, multi-scale, exact resume, signal-safe checkpoints).
+
+Reading order: `train` -> `before_train` -> per epoch `before_epoch`, `train_in_epoch` (calls
+`train_one_iter`, the whole step in one straight line) and `after_epoch` -> `after_train`.
+"""
+from __future__ import annotations
+
+import datetime
+import inspect
+import os
+import platform
+import random
+import signal
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from loguru import logger
+from tabulate import tabulate
+from torch import nn
+
+from yolox_fast.utils import dist as dist_utils
+from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, save_checkpoint
+from yolox_fast.utils.ema import ModelEMA, unwrap_model
+from yolox_fast.utils.logger import setup_logger
+from yolox_fast.utils.metric import MeterBuffer, memory_mb
+
+# BN statistics stay per rank while training, as in YOLOX (they are averaged before each eval);
+# newer torch names the switch forward_sync_buffers and deprecates broadcast_buffers
+_NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
+MAX_NONFINITE_STREAK = 10  # consecutive non-finite losses before training stops
+MULTISCALE_EVERY = 10  # iterations between two draws of the multi-scale input size
+LOSS_KEYS = ("total_loss", "iou_loss", "l1_loss", "conf_loss", "cls_loss", "num_fg")
+
+
+class TrainingStopped(Exception):
+    """Raised after a SIGINT/SIGTERM was handled: the checkpoint is written, the process should exit."""
+
+    def __init__(self, signum: int, path: str | None) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.path = path
+
+
+def resolve_amp_dtype(fp16: bool, bf16: bool, device: torch.device) -> torch.dtype | None:
+    """Autocast dtype for --fp16/--bf16 on `device`; None means full fp32.
+
+    fp16 on CPU is slow or unsupported for convolutions, so it falls back to bf16 with one warning.
+    """
+    if fp16 and bf16:
+        raise ValueError("--fp16 and --bf16 are exclusive: choose one")
+    if bf16:
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ValueError(f"--bf16: {torch.cuda.get_device_name(device)} has no bfloat16 support; use --fp16")
+        return torch.bfloat16
+    if fp16:
+        if device.type != "cuda":
+            logger.warning("--fp16 on a CPU-only machine: using bfloat16 autocast instead (fp16 is not fast on CPU)")
+            return torch.bfloat16
+        return torch.float16
+    return None
+
+
+@torch.no_grad()
+def sync_bn_stats(model: nn.Module) -> None:
+    """Average BatchNorm running mean/var over ranks, so every rank evaluates the same model.
+
+    DDP averages gradients, not buffers: with broadcast_buffers=False each rank's BN statistics
+    drift on its own shard of the data.
+    """
+    world = dist_utils.get_world_size()
+    if world == 1:
+        return
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            for buf in (m.running_mean, m.running_var):
+                dist_utils.all_reduce_sum(buf)
+                buf.div_(world)
+
+
+def restart_count() -> int:
+    """How many times torchrun's elastic agent restarted this job (0 outside torchrun)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def _short(value: Any, width: int = 32) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+class Trainer:
+    """Trains `exp`'s model as the command line `args` (tools/train.py's parser) asks.
+
+    `args.batch_size` is the total batch over all ranks. Checkpoints and logs go to
+    `<exp.output_dir>/<args.experiment_name>/`.
+    """
+
+    def __init__(self, exp, args) -> None:
+        self.exp = exp
+        self.args = args
+        self.max_epoch = exp.max_epoch
+        self.rank = dist_utils.get_rank()
+        self.local_rank = dist_utils.get_local_rank()
+        self.world_size = dist_utils.get_world_size()
+        self.is_distributed = self.world_size > 1
+        if args.batch_size % self.world_size:
+            raise ValueError(f"-b {args.batch_size} must be a multiple of the number of processes ({self.world_size})")
+        self.batch_size = args.batch_size
+        self.device = torch.device(f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu")
+        self.file_name = os.path.join(exp.output_dir, args.experiment_name)
+        setup_logger(self.file_name, distributed_rank=self.rank, filename="train_log.txt", mode="a")
+
+        self.amp_dtype = resolve_amp_dtype(args.fp16, args.bf16, self.device)
+        # loss scaling is only needed for fp16: bf16 has fp32's exponent range
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
+
+        self.input_size = tuple(exp.input_size)
+        self.best_ap = float("-inf")  # so the first evaluation always writes best_ckpt.pth
+        self.start_epoch = 0
+        self.start_iter = 0  # iterations already done inside start_epoch (mid-epoch resume)
+        self.epoch = 0
+        self.iter = 0
+        self.no_aug = False
+        self.meter = MeterBuffer(window=exp.print_interval)
+        self.tblogger = None
+        self.ema_model: ModelEMA | None = None
+        self._stop_signum: int | None = None
+        self._nonfinite_streak = 0
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> None:
+        self.before_train()
+        try:
+            for epoch in range(self.start_epoch, self.max_epoch):
+                self.epoch = epoch
+                self.before_epoch()
+                self.train_in_epoch()
+                self.after_epoch()
+        except TrainingStopped:
+            raise
+        except Exception:
+            # a signal made the data loader or a collective fail before the step finished: the
+            # weights are those of the last finished iteration, which is what gets saved
+            if self._stop_signum is None:
+                raise
+            raise TrainingStopped(self._stop_signum, self._save_interrupted(self.iter)) from None
+        finally:
+            self._restore_signal_handlers()
+        self.after_train()
+
+    def train_in_epoch(self) -> None:
+        first = self.start_iter if self.epoch == self.start_epoch else 0
+        for it in range(first, self.max_iter):
+            self.iter = it
+            stop = self.train_one_iter()
+            if stop:
+                raise TrainingStopped(self._stop_signum or signal.SIGTERM, self._save_interrupted(self.iter + 1))
+
+    def train_one_iter(self) -> bool:
+        """One optimisation step; returns True when every rank agreed to stop after it (signal)."""
+        t0 = time.perf_counter()
+        inps, targets = self._next_batch()
+        inps, targets = self.exp.preprocess(inps, targets, self.input_size)
+        data_time = time.perf_counter() - t0
+        self._log_batch_images(inps, targets)
+        lr = self._set_lr(self.progress_in_iter)
+        self._snapshot_bn_stats()
+
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+            outputs = self.model(inps, targets)
+        loss = outputs["total_loss"]
+
+        skip, stop = self._agree_on_flags(loss)
+        if skip:
+            self._restore_bn_stats()  # the forward pass already folded the bad batch into them
+            self._on_nonfinite_loss(outputs)
+        else:
+            self._nonfinite_streak = 0
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if self.ema_model is not None:
+                self.ema_model.update(self.model)
+
+        if (self.progress_in_iter + 1) % MULTISCALE_EVERY == 0:
+            self.input_size = tuple(self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed))
+        if not skip:
+            self.meter.update(
+                iter_time=time.perf_counter() - t0, data_time=data_time, lr=lr,
+                **{k: outputs[k] for k in LOSS_KEYS if k in outputs},
+            )
+        self._log_progress()
+        return stop
+
+    # ------------------------------------------------------------------ phases
+    def before_train(self) -> None:
+        self._seed()
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        model = self.exp.get_model().to(self.device)
+        self.optimizer = self.exp.get_optimizer(self.batch_size)
+        ckpt = self._load_starting_point(model)
+
+        self.no_aug = self.start_epoch >= self.max_epoch - self.exp.no_aug_epochs
+        self.train_loader = self.exp.get_data_loader(
+            batch_size=self.batch_size // self.world_size,
+            is_distributed=self.is_distributed,
+            no_aug=self.no_aug,
+            cache_img=self.args.cache,
+        )
+        self.class_names = tuple(self.train_loader.dataset.class_names)
+        self.max_iter = len(self.train_loader)
+        # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
+        self.train_loader.skip_to(self.progress_in_iter_at(self.start_epoch, self.start_iter))
+        self.prefetcher = iter(self.train_loader)
+        self.lr_scheduler = self.exp.get_lr_scheduler(self.exp.basic_lr_per_img * self.batch_size, self.max_iter)
+        if self.no_aug:
+            model.head.use_l1 = True
+        if self.exp.grad_checkpoint:
+            self._log_grad_checkpoint_saving(model)
+
+        if self.exp.ema:
+            self.ema_model = ModelEMA(model, 0.9998)
+            if ckpt is not None:
+                self.ema_model.load_state_dict(
+                    ckpt.get("ema") or {"updates": self.start_epoch * self.max_iter + self.start_iter},
+                    ckpt["model"],
+                )
+        if self.is_distributed:
+            model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.local_rank] if self.device.type == "cuda" else None, **_NO_BUFFER_SYNC
+            )
+        self.model = model
+        self.model.train()
+        model = unwrap_model(model)
+        # BatchNorm running statistics, copied before each step so a skipped step can put them back
+        self._bn_stats = [
+            buf for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+            for buf in (m.running_mean, m.running_var, m.num_batches_tracked)
+        ]
+        self._bn_backup = [b.clone() for b in self._bn_stats]
+        self.evaluator = self.exp.get_evaluator(batch_size=self.batch_size // self.world_size, is_distributed=self.is_distributed)
+        if self.rank == 0 and self.args.logger == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tblogger = SummaryWriter(os.path.join(self.file_name, "tensorboard"))
+        self._install_signal_handlers()
+        self._log_summary()
+        self.train_start = time.perf_counter()
+        self.start_progress = self.progress_in_iter_at(self.start_epoch, self.start_iter)
+
+    def before_epoch(self) -> None:
+        logger.info(f"---> start epoch {self.epoch + 1}/{self.max_epoch}")
+        if self.epoch >= self.max_epoch - self.exp.no_aug_epochs and not self.no_aug:
+            # the last no_aug_epochs epochs see un-augmented images, and the L1 box loss joins in
+            logger.info("---> mosaic and mixup off, L1 loss on, eval every epoch from now on")
+            self.train_loader.close_mosaic()
+            unwrap_model(self.model).head.use_l1 = True
+            self.no_aug = True
+            self.save_ckpt("last_mosaic_epoch", start_epoch=self.epoch, it=0)
+
+    def after_epoch(self) -> None:
+        done = self.epoch + 1
+        self.save_ckpt("latest", start_epoch=done, it=0)
+        if self.exp.save_history_ckpt:
+            self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
+        logger.info(f"epoch {done}/{self.max_epoch} finished")
+        due = done % self.exp.eval_interval == 0 or self.no_aug or done == self.max_epoch
+        if due and self.evaluate_and_save_model():
+            # latest also records the new best AP, so a resumed run compares against it
+            self.save_ckpt("latest", start_epoch=done, it=0)
+
+    def after_train(self) -> None:
+        minutes = (time.perf_counter() - self.train_start) / 60
+        logger.info(f"training done in {minutes:.1f} min; best AP50:95 {self.best_ap:.4f}")
+        if self.rank == 0:
+            self._write_demo_image()
+        if self.tblogger is not None:
+            self.tblogger.close()
+        dist_utils.synchronize()
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate_and_save_model(self) -> bool:
+        """Evaluate the EMA model; save best_ckpt.pth when AP50:95 improves. Returns whether it did."""
+        eval_model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
+        if self.is_distributed:
+            sync_bn_stats(eval_model)
+        t0 = time.perf_counter()
+        ap50_95, ap50, summary = self.exp.eval(eval_model, self.evaluator, self.is_distributed)
+        self.model.train()
+        # the evaluator returns the same numbers on every rank; broadcast anyway so that the
+        # "best" decision, and with it every rank's control flow, cannot diverge
+        ap50_95, ap50 = dist_utils.broadcast_object((float(ap50_95), float(ap50)))
+        improved = ap50_95 > self.best_ap
+        self.best_ap = max(self.best_ap, ap50_95)
+        logger.info(
+            f"eval epoch {self.epoch + 1}: AP50:95 {ap50_95:.4f}  AP50 {ap50:.4f}  "
+            f"(best AP50:95 {self.best_ap:.4f}, {time.perf_counter() - t0:.1f} s)\n{summary}"
+        )
+        if self.tblogger is not None:
+            self.tblogger.add_scalar("val/AP50_95", ap50_95, self.epoch + 1)
+            self.tblogger.add_scalar("val/AP50", ap50, self.epoch + 1)
+        if improved:
+            self.save_ckpt("best", start_epoch=self.epoch + 1, it=0)
+        dist_utils.synchronize()
+        return improved
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def progress_in_iter(self) -> int:
+        return self.progress_in_iter_at(self.epoch, self.iter)
+
+    def progress_in_iter_at(self, epoch: int, it: int) -> int:
+        return epoch * self.max_iter + it
+
+    def checkpoint_state(self, start_epoch: int, it: int) -> dict[str, Any]:
+        """Everything needed to continue exactly at iteration `it` of epoch `start_epoch`."""
+        raw = unwrap_model(self.model)
+        return {
+            # "model" holds the EMA weights, what official YOLOX tools (eval, demo, export) read
+            "model": (self.ema_model.ema if self.ema_model is not None else raw).state_dict(),
+            "raw_model": raw.state_dict(),
+            "ema": self.ema_model.state_dict() if self.ema_model is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "start_epoch": start_epoch,
+            "iter": it,
+            "best_ap": self.best_ap,
+            "class_names": list(self.class_names),
+            "exp": self.exp.fields(),
+        }
+
+    def save_ckpt(self, name: str, start_epoch: int, it: int) -> str | None:
+        """Write `<file_name>/<name>_ckpt.pth` on rank 0 (atomically); returns its path there."""
+        if self.rank != 0:
+            return None
+        path = os.path.join(self.file_name, f"{name}_ckpt.pth")
+        save_checkpoint(self.checkpoint_state(start_epoch, it), path)
+        logger.info(f"saved {path} (resumes at epoch {start_epoch + 1}, iteration {it})")
+        return path
+
+    def _save_interrupted(self, done_in_epoch: int) -> str | None:
+        return self.save_ckpt("latest", start_epoch=self.epoch, it=done_in_epoch)
+
+    def _resume_path(self) -> str | None:
+        """Checkpoint to resume from: --resume (given -c or latest), or latest under --auto-resume/torchrun restarts."""
+        latest = os.path.join(self.file_name, "latest_ckpt.pth")
+        if self.args.resume:
+            path = self.args.ckpt or latest
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+            return path
+        if (self.args.auto_resume or restart_count() > 0) and os.path.isfile(latest):
+            logger.info(f"auto-resume (restart {restart_count()}): continuing from {latest}")
+            return latest
+        return None
+
+    def _load_starting_point(self, model: nn.Module) -> dict[str, Any] | None:
+        """Resume (returns the checkpoint for the EMA) or fine-tune from -c (returns None)."""
+        path = self._resume_path()
+        if path is None:
+            if self.args.ckpt:
+                ckpt = load_checkpoint(self.args.ckpt)
+                load_model_weights(model, ckpt)
+                logger.info(f"fine-tuning from {self.args.ckpt}")
+            return None
+        ckpt = load_checkpoint(path, map_location=self.device)
+        model.load_state_dict(ckpt.get("raw_model") or ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if ckpt.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.best_ap = float(ckpt.get("best_ap", float("-inf")))
+        if self.args.start_epoch is not None:  # -e is 1-based, as in YOLOX
+            self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
+        else:
+            self.start_epoch, self.start_iter = int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))
+        logger.info(f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it")
+        return ckpt
+
+    # ------------------------------------------------------------------ step helpers
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        imgs, targets = next(self.prefetcher)[:2]
+        non_blocking = self.device.type == "cuda"
+        return imgs.to(self.device, non_blocking=non_blocking), targets.to(self.device, non_blocking=non_blocking)
+
+    def _set_lr(self, progress: int) -> float:
+        lr = self.lr_scheduler.update_lr(progress)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _snapshot_bn_stats(self) -> None:
+        torch._foreach_copy_(self._bn_backup, self._bn_stats)
+
+    def _restore_bn_stats(self) -> None:
+        torch._foreach_copy_(self._bn_stats, self._bn_backup)
+
+    def _agree_on_flags(self, loss: torch.Tensor) -> tuple[bool, bool]:
+        """(skip this step: non-finite loss on some rank, stop after it: a signal on some rank).
+
+        Decided together: a rank that skipped backward while others ran it would hang DDP.
+        """
+        flags = torch.stack([
+            (~torch.isfinite(loss.detach())).float(),
+            torch.tensor(float(self._stop_signum is not None), device=loss.device),
+        ])
+        if self.is_distributed:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        skip, stop = flags.tolist()
+        return bool(skip), bool(stop)
+
+    def _on_nonfinite_loss(self, outputs: dict[str, torch.Tensor]) -> None:
+        self._nonfinite_streak += 1
+        values = ", ".join(f"{k} {float(outputs[k]):.4g}" for k in LOSS_KEYS if k in outputs)
+        logger.warning(
+            f"non-finite loss at epoch {self.epoch + 1} iter {self.iter + 1} ({values}): step skipped "
+            f"({self._nonfinite_streak}/{MAX_NONFINITE_STREAK} in a row)"
+        )
+        if self._nonfinite_streak >= MAX_NONFINITE_STREAK:
+            path = self.save_ckpt("latest", start_epoch=self.epoch, it=self.iter)
+            raise RuntimeError(
+                f"training stopped: the loss was non-finite for {MAX_NONFINITE_STREAK} iterations in a row "
+                f"(epoch {self.epoch + 1}, iter {self.iter + 1}). The last good weights are in "
+                f"{path or os.path.join(self.file_name, 'latest_ckpt.pth')}. Try a lower learning rate "
+                "(basic_lr_per_img), a longer warmup, or --bf16 instead of --fp16."
+            )
+
+    def _log_progress(self) -> None:
+        if (self.iter + 1) % self.exp.print_interval != 0 or "iter_time" not in self.meter:
+            return
+        iter_time = self.meter["iter_time"].avg
+        done = self.progress_in_iter + 1 - self.start_progress
+        left = self.max_epoch * self.max_iter - self.progress_in_iter - 1
+        # mean over all iterations of this run, so the ETA does not swing with multi-scale sizes
+        eta = (time.perf_counter() - self.train_start) / max(1, done) * left
+        losses = ", ".join(f"{k}: {self.meter[k].avg:.3f}" for k in LOSS_KEYS if k in self.meter)
+        logger.info(
+            f"epoch: {self.epoch + 1}/{self.max_epoch}, iter: {self.iter + 1}/{self.max_iter}, "
+            f"mem: {memory_mb(self.device):.0f}Mb, iter_time: {iter_time:.3f}s, "
+            f"data_time: {self.meter['data_time'].avg:.3f}s, {losses}, lr: {self.meter['lr'].latest:.3e}, "
+            f"size: {self.input_size[0]}x{self.input_size[1]}, img/s: {self.batch_size / iter_time:.1f}, "
+            f"ETA: {datetime.timedelta(seconds=int(eta))}"
+        )
+        if self.tblogger is not None:
+            step = self.progress_in_iter + 1
+            self.tblogger.add_scalar("train/lr", self.meter["lr"].latest, step)
+            for k in LOSS_KEYS:
+                if k in self.meter:
+                    self.tblogger.add_scalar(f"train/{k}", self.meter[k].avg, step)
+
+    def _log_batch_images(self, inps: torch.Tensor, targets: torch.Tensor, count: int = 4) -> None:
+        """A few training images with their boxes in TensorBoard: first iteration of the run and of the no-aug phase."""
+        if self.tblogger is None or self.iter != 0:
+            return
+        first_no_aug = self.epoch == max(0, self.max_epoch - self.exp.no_aug_epochs)
+        if self.epoch != self.start_epoch and not first_no_aug:
+            return
+        import cv2
+
+        drawn = []
+        for img, labels in zip(inps[:count].detach().float().cpu(), targets[:count].detach().float().cpu()):
+            canvas = np.ascontiguousarray(img.clamp(0, 255).byte().permute(1, 2, 0).numpy()[..., ::-1])  # BGR -> RGB
+            for cls, cx, cy, w, h in labels[labels.sum(1) > 0].tolist():
+                p1 = (int(cx - w / 2), int(cy - h / 2))
+                p2 = (int(cx + w / 2), int(cy + h / 2))
+                cv2.rectangle(canvas, p1, p2, (0, 255, 0), 1)
+                cv2.putText(canvas, self.class_names[int(cls)], p1, cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 255, 0), 1)
+            drawn.append(torch.from_numpy(canvas).permute(2, 0, 1))
+        phase = "no_aug" if self.no_aug else "mosaic"
+        self.tblogger.add_images(f"train_batch/{phase}", torch.stack(drawn), self.progress_in_iter)
+
+    # ------------------------------------------------------------------ start-up and shutdown
+    def _seed(self) -> None:
+        if self.exp.seed is None:
+            return
+        # rank-dependent so that ranks draw different augmentations; DDP broadcasts rank 0's weights anyway
+        seed = int(self.exp.seed) + self.rank
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def _install_signal_handlers(self) -> None:
+        def on_signal(signum, frame):
+            # only a flag: logging or saving here could deadlock on a lock the main thread holds
+            if self._stop_signum is not None:
+                raise KeyboardInterrupt  # second signal: stop now, without a checkpoint
+            self._stop_signum = signum
+
+        self._previous_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, handler in getattr(self, "_previous_handlers", {}).items():
+            signal.signal(sig, handler)
+
+    def _log_grad_checkpoint_saving(self, model: nn.Module) -> None:
+        """Measure peak memory of one forward/backward with and without activation checkpointing (CUDA)."""
+        if self.device.type != "cuda":
+            logger.info("activation checkpointing on (its memory saving is measured on CUDA only)")
+            return
+        inps, targets = self._next_batch()
+        inps, targets = self.exp.preprocess(inps, targets, self.input_size)
+        peaks = {}
+        for enabled in (False, True):
+            model.set_grad_checkpointing(enabled)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            with torch.autocast("cuda", dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+                loss = model(inps, targets)["total_loss"]
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+            peaks[enabled] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        logger.info(
+            f"activation checkpointing on: peak memory {peaks[True]:.0f} MiB instead of {peaks[False]:.0f} MiB "
+            f"(saves {peaks[False] - peaks[True]:.0f} MiB at batch {inps.shape[0]} per process, "
+            f"{self.input_size[0]}x{self.input_size[1]})"
+        )
+
+    def _log_summary(self) -> None:
+        if self.rank != 0:
+            return
+        env = [
+            ("python", platform.python_version()),
+            ("torch", torch.__version__),
+            ("device", torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else f"cpu x{torch.get_num_threads()} threads"),
+            ("processes", f"{self.world_size} ({dist.get_backend() if self.is_distributed else 'single process'})"),
+            ("amp", str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "off (fp32)"),
+            ("batch", f"{self.batch_size} total, {self.batch_size // self.world_size} per process"),
+            ("lr", f"{self.exp.basic_lr_per_img * self.batch_size:.4g} ({self.exp.scheduler})"),
+            ("iterations", f"{self.max_iter} per epoch x {self.max_epoch} epochs"),
+            ("start", f"epoch {self.start_epoch + 1}, iteration {self.start_iter}"),
+            ("classes", f"{len(self.class_names)}: {', '.join(self.class_names[:8])}{' ...' if len(self.class_names) > 8 else ''}"),
+            ("cache", str(self.args.cache)),
+            ("output", self.file_name),
+            ("command", " ".join(sys.argv)),
+        ]
+        # the exp's fields three per row, so that environment and exp fit one screen
+        fields = [(k, _short(v)) for k, v in sorted(self.exp.fields().items())]
+        rows = [sum(fields[i:i + 3], ()) for i in range(0, len(fields), 3)]
+        logger.info(
+            "environment\n" + tabulate(env, tablefmt="simple", maxcolwidths=[None, 100])
+            + "\nexp\n" + tabulate(rows, headers=["key", "value"] * 3, tablefmt="simple")
+        )
+
+    def _write_demo_image(self) -> None:
+        """Annotate the first validation image with the EMA model's detections: `<file_name>/demo.jpg`."""
+        import cv2
+
+        from yolox_fast.core.predictor import Predictor
+        from yolox_fast.utils.visualize import draw_detections
+
+        dataset = self.evaluator.dataloader.dataset
+        image = dataset.load_image(0)
+        model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
+        predictor = Predictor(model, self.exp.num_classes, self.exp.test_size, conf=0.3, nms=self.exp.nmsthre, device=self.device)
+        dets = predictor.predict([image])[0]
+        drawn = draw_detections(image, dets, self.class_names)
+        path = os.path.join(self.file_name, "demo.jpg")
+        cv2.imwrite(path, drawn)
+        logger.info(f"demo: {len(dets)} detections on the first validation image drawn to {path}")
+
+
+def run_training(args) -> None:
+    """Entry point of every training process (tools/train.py launches it once per rank).
+
+    The exp is rebuilt here from `args.exp_file` / `args.name` and `args.opts`, so spawned workers
+    need only the plain-data arguments. A SIGINT/SIGTERM ends the process with code 128 + signal
+    after the checkpoint is written: torchrun counts that as a failure and restarts when allowed.
+    """
+    from yolox_fast.exp import get_exp
+
+    exp = get_exp(args.exp_file, args.name)
+    exp.merge(args.opts)
+    trainer = Trainer(exp, args)
+    try:
+        trainer.train()
+    except TrainingStopped as stop:
+        where = f"checkpoint {stop.path}" if stop.path else "the checkpoint on rank 0"
+        logger.warning(f"{stop}: {where} holds the current iteration; continue with --resume")
+        raise SystemExit(128 + stop.signum) from None
