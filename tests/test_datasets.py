@@ -57,7 +57,7 @@ def test_coco_and_voc_loaders_read_the_same_set(tiny_shapes_coco, tiny_shapes_vo
 
 
 def test_class_names_round_trip(tiny_shapes_coco, tiny_shapes_voc):
-    for info, fmt in ((tiny_shapes_coco, "coco"), (tiny_shapes_voc, "voc")):
+    for info, _fmt in ((tiny_shapes_coco, "coco"), (tiny_shapes_voc, "voc")):
         exp = _exp(info)
         assert exp.get_class_names() == SHAPE_NAMES
         assert exp.get_dataset().class_names == SHAPE_NAMES

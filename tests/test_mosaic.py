@@ -19,7 +19,7 @@ class Rects:
     def __init__(self, n=24, size=(96, 128)):
         rng = np.random.default_rng(1)
         self.items = []
-        for i in range(n):
+        for _i in range(n):
             h, w = size
             x1, y1 = int(rng.integers(0, w - 40)), int(rng.integers(0, h - 40))
             box = (x1, y1, x1 + int(rng.integers(12, 40)), y1 + int(rng.integers(12, 40)))

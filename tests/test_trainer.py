@@ -188,7 +188,8 @@ def test_ten_non_finite_losses_in_a_row_stop_with_a_checkpoint(tiny_shapes_coco,
     args = train_args(tiny_shapes_coco["config"], tmp_path, "--logger", "none", max_epoch=20, eval_interval=100)
     exp = get_exp(args.exp_file)
     exp.merge(args.opts)
-    nan_batches = lambda inps, targets, size: (inps * float("nan"), targets)
+    def nan_batches(inps, targets, size):
+        return (inps * float("nan"), targets)
     monkeypatch.setattr(exp, "preprocess", nan_batches)
     trainer = Trainer(exp, args)
     with pytest.raises(RuntimeError, match="non-finite for 10 iterations in a row"):
