@@ -1,5 +1,6 @@
 """Checkpoint I/O: weights_only loading, fine-tune and strict loads, damaged files, atomic saves."""
 
+import argparse
 import os
 
 import numpy as np
@@ -112,7 +113,7 @@ def test_damaged_file_gives_clear_error_naming_it(tmp_path, damage):
 
 def test_pickled_objects_are_refused_by_weights_only_loading(tmp_path):
     path = tmp_path / "unsafe.pth"
-    torch.save({"model": {}, "scale": np.float64(2.0)}, path)  # a numpy scalar needs arbitrary unpickling
+    torch.save({"model": {}, "args": argparse.Namespace(lr=0.1)}, path)  # a class instance: arbitrary unpickling
     with pytest.raises(RuntimeError, match="weights_only") as info:
         load_checkpoint(path)
     assert str(path) in str(info.value)
@@ -164,3 +165,27 @@ def test_save_creates_parent_directories_and_replaces(tmp_path):
     save_checkpoint({"epoch": 2}, path)
     assert load_checkpoint(path)["epoch"] == 2
     assert os.listdir(path.parent) == ["c.pth"]
+
+
+def test_official_style_checkpoint_with_numpy_scalars_loads(tmp_path):
+    """Official YOLOX training stores best_ap/curr_ap as numpy.float64; weights_only loading must take them."""
+    import numpy as np
+
+    path = tmp_path / "official.pth"
+    torch.save({"model": {"w": torch.ones(2)}, "best_ap": np.float64(0.4), "curr_ap": np.float32(0.3),
+                "start_epoch": 5}, path)
+    ckpt = load_checkpoint(path)
+    assert float(ckpt["best_ap"]) == 0.4 and torch.equal(ckpt["model"]["w"], torch.ones(2))
+
+
+def test_saved_checkpoint_is_readable_as_the_umask_allows(tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "ckpt.pth"
+    umask = os.umask(0o022)
+    try:
+        save_checkpoint({"model": {"w": torch.ones(1)}}, path)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

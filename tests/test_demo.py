@@ -130,6 +130,19 @@ def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_
     assert len(json.loads(saved.read_text())) == 6
 
 
+def test_demo_tool_defaults_to_the_trained_best_checkpoint(image_dir, tmp_path, log_lines):
+    exp = _nano_exp()
+    save_checkpoint({"model": exp.get_model().state_dict(), "class_names": ["a", "b", "c"]},
+                    tmp_path / "yolox_nano" / "best_ckpt.pth")
+    spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.main(["image", "-n", "yolox-nano", "--path", str(image_dir), "--tsize", "64",
+               "num_classes", "3", "output_dir", str(tmp_path)])
+    assert any("best_ckpt.pth" in line and "loaded" in line for line in log_lines)
+    assert not any("RANDOM weights" in line for line in log_lines)
+
+
 def test_video_frames_in_batches(model, tmp_path):
     from yolox_fast.core.demo import run_on_stream
 

@@ -55,6 +55,7 @@ def test_merge_coerces_to_the_current_type():
     (["max_epoch", "three"], "cannot set exp key 'max_epoch'"),
     (["ema", "maybe"], "cannot set exp key 'ema'"),
     (["max_epoch"], "KEY VALUE pairs"),
+    (["get_model", "1"], "unknown exp key 'get_model'"),
 ])
 def test_merge_rejects_bad_overrides(opts, message):
     with pytest.raises(ValueError, match=message):
@@ -64,3 +65,23 @@ def test_merge_rejects_bad_overrides(opts, message):
 def test_printing_shows_a_table_of_fields():
     text = repr(Exp())
     assert "basic_lr_per_img" in text and "nmsthre" in text
+
+
+def test_merge_keeps_paths_as_strings_and_parses_other_unset_fields():
+    exp = Exp()
+    exp.merge(["data_dir", "2017", "simota_max_bytes", "1073741824", "class_names", "('a', 'b')"])
+    assert exp.data_dir == "2017"
+    assert exp.simota_max_bytes == 1 << 30
+    assert exp.class_names == ("a", "b")
+
+
+def test_multiscale_preprocess_scales_boxes_and_drops_those_that_become_too_small():
+    import torch
+
+    exp = Exp()
+    inputs = torch.zeros(1, 3, 64, 64)
+    targets = torch.tensor([[[1, 32, 32, 20, 10], [2, 10, 10, 2.5, 8], [0, 0, 0, 0, 0]]], dtype=torch.float32)
+    out, t = exp.preprocess(inputs, targets, (32, 32))
+    assert out.shape == (1, 3, 32, 32)
+    torch.testing.assert_close(t[0, 0], torch.tensor([1.0, 16, 16, 10, 5]))
+    assert (t[0, 1:] == 0).all()  # 2.5 px wide became 1.25 px: dropped, padding stays padding

@@ -128,7 +128,7 @@ def test_torchrun_restarts_a_killed_rank_from_the_newest_checkpoint(tiny_shapes_
         _, err = proc.communicate(timeout=300)
     assert killed and proc.returncode == 0, err[-3000:]
     text = log.read_text()
-    assert "auto-resume (restart 1)" in text
+    assert "torchrun restart 1: continuing from" in text
     for epoch in (1, 2, 3):  # every epoch finished exactly once: none lost, none repeated
         assert len(re.findall(rf"epoch {epoch}/3 finished", text)) == 1, epoch
     final = load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")

@@ -84,9 +84,12 @@ def test_nano_uses_depthwise_convs_with_official_names():
     assert state["backbone.backbone.stem.conv.conv.weight"].shape == (16, 12, 3, 3)
 
 
-@pytest.mark.parametrize("hw", [(416, 416), (640, 640)])
-def test_nano_eval_output_shape(hw):
-    model = build("nano").eval()
+@pytest.mark.parametrize("size,hw", [
+    *[(size, hw) for size in ("nano", "tiny", "s") for hw in ((416, 416), (640, 640))],
+    *[pytest.param(size, (416, 416), marks=pytest.mark.slow) for size in ("m", "l", "x")],
+])
+def test_eval_output_shape_at_416_and_640(size, hw):
+    model = build(size).eval()
     with torch.no_grad():
         out = model(torch.rand(1, 3, *hw) * 255)
     assert out.shape == (1, num_anchors(*hw), 85)

@@ -76,7 +76,7 @@ def iters_per_epoch(log: Path) -> int:
 
 
 @pytest.mark.slow
-def test_two_epoch_run_learns_evaluates_and_checkpoints(tiny_shapes_coco, tmp_path):
+def test_short_run_learns_evaluates_every_epoch_and_checkpoints(tiny_shapes_coco, tmp_path):
     args = train_args(tiny_shapes_coco["config"], tmp_path, max_epoch=4, basic_lr_per_img=0.01)
     run_training(args)
     run = tmp_path / "run"
@@ -87,7 +87,7 @@ def test_two_epoch_run_learns_evaluates_and_checkpoints(tiny_shapes_coco, tmp_pa
     first = [loss for e, _, loss, _ in steps if e == 1]
     last = [loss for e, _, loss, _ in steps if e == 4]
     assert sum(last) / len(last) < sum(first) / len(first) - 0.2  # it learns
-    assert log.count("AP50:95") >= 4  # eval every epoch (eval_interval 1)
+    assert [int(e) for e in re.findall(r"eval epoch (\d+):", log)] == [1, 2, 3, 4]  # eval_interval 1
     assert log.count("mosaic and mixup off") == 1  # exactly the last no_aug epoch
     for name in ("latest", "best", "last_mosaic_epoch"):
         assert (run / f"{name}_ckpt.pth").is_file(), name
@@ -134,7 +134,7 @@ def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coc
     sched = LRScheduler("yoloxwarmcos", exp["basic_lr_per_img"] * 2, per_epoch, 3, warmup_epochs=1,
                         warmup_lr_start=0, no_aug_epochs=1, min_lr_ratio=exp["min_lr_ratio"])
     for e, i, _, lr in steps:  # the schedule continues where it stopped
-        assert lr == pytest.approx(sched.update_lr((e - 1) * per_epoch + i - 1), rel=2e-3, abs=1e-9)
+        assert lr == pytest.approx(sched.update_lr((e - 1) * per_epoch + i), rel=2e-3, abs=1e-9)
 
     # and so does the loss curve: weights, optimizer state and batch stream are those of a run
     # that was never interrupted
@@ -201,3 +201,40 @@ def test_ten_non_finite_losses_in_a_row_stop_with_a_checkpoint(tiny_shapes_coco,
     for k, v in ckpt["raw_model"].items():  # weights and BN statistics untouched by the bad batches
         assert torch.isfinite(v.float()).all(), k
     assert int(ckpt["raw_model"]["backbone.backbone.stem.conv.bn.num_batches_tracked"]) == 0
+
+
+@pytest.mark.slow
+def test_signal_during_eval_saves_the_finished_epoch_not_a_step_to_repeat(tiny_shapes_coco, tmp_path, monkeypatch):
+    """Ctrl-C also kills the loader workers, so an eval after the signal fails: the checkpoint must
+    still say "epoch 1 done", not "redo the last step of epoch 1"."""
+    from yolox_fast.core.trainer import TrainingStopped
+
+    args = train_args(tiny_shapes_coco["config"], tmp_path, "--logger", "none", max_epoch=3, eval_interval=1)
+    exp = get_exp(args.exp_file)
+    exp.merge(args.opts)
+    trainer = Trainer(exp, args)
+
+    def eval_after_ctrl_c(*_args, **_kwargs):
+        trainer._stop_signum = signal.SIGINT
+        raise RuntimeError("DataLoader worker exited unexpectedly")
+
+    monkeypatch.setattr(exp, "eval", eval_after_ctrl_c)
+    with pytest.raises(TrainingStopped):
+        trainer.train()
+    ckpt = load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")
+    assert (ckpt["start_epoch"], ckpt["iter"]) == (1, 0)
+    assert ckpt["ema"]["updates"] == trainer.max_iter
+
+
+def test_after_a_torchrun_restart_the_newest_checkpoint_wins_over_c(tiny_shapes_coco, tmp_path, monkeypatch):
+    args = train_args(tiny_shapes_coco["config"], tmp_path, "--resume", "-c", str(tmp_path / "old.pth"))
+    exp = get_exp(args.exp_file)
+    exp.merge(args.opts)
+    trainer = Trainer(exp, args)
+    latest = Path(trainer.file_name) / "latest_ckpt.pth"
+    latest.parent.mkdir(parents=True, exist_ok=True)
+    latest.write_bytes(b"")
+    (tmp_path / "old.pth").write_bytes(b"")
+    assert trainer._resume_path() == str(tmp_path / "old.pth")  # first start: the user's -c
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert trainer._resume_path() == str(latest)

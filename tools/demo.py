@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import torch
@@ -24,7 +25,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-expn", "--experiment-name", type=str, default=None)
     p.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
     p.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
-    p.add_argument("-c", "--ckpt", type=str, default=None, help="checkpoint (ours or official YOLOX)")
+    p.add_argument("-c", "--ckpt", type=str, default=None,
+                   help="checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists")
     p.add_argument(
         "--path", type=str, default=None,
         help="image file or folder (searched recursively), or video file; default: the exp's val images",
@@ -90,7 +92,11 @@ def main(argv=None) -> None:
         raise SystemExit("--device gpu but CUDA is not available")
     device = torch.device("cuda" if args.device == "gpu" else "cpu")
 
-    model, class_names = load_inference_model(exp, args.ckpt, device, fuse=args.fuse)
+    ckpt = args.ckpt
+    if ckpt is None:
+        trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
+        ckpt = trained if os.path.isfile(trained) else None
+    model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
     predictor = Predictor(
         model, exp.num_classes, exp.test_size, args.conf, args.nms, device,
         half=args.fp16, channels_last=args.channels_last,

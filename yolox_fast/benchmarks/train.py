@@ -22,16 +22,27 @@ from yolox_fast.exp import get_exp
 
 
 @contextmanager
-def assigner(name: str) -> Iterator[None]:
-    """Make the YOLOX loss use `simota_assign` ("batched") or `simota_assign_reference` ("reference")."""
+def assigner(name: str, loss_seconds: list, sync) -> Iterator[None]:
+    """Make the YOLOX loss use `simota_assign` ("batched") or `simota_assign_reference` ("reference"),
+    and append the wall time of each loss call (assignment + loss forward) to `loss_seconds`."""
     from yolox_fast.models import losses, simota
 
-    original = losses.simota_assign
+    original_assign, original_loss = losses.simota_assign, losses.yolox_loss
+
+    def timed_loss(*args, **kwargs):
+        sync()
+        t0 = time.perf_counter()
+        out = original_loss(*args, **kwargs)
+        sync()
+        loss_seconds.append(time.perf_counter() - t0)
+        return out
+
     losses.simota_assign = simota.simota_assign if name == "batched" else simota.simota_assign_reference
+    losses.yolox_loss = timed_loss  # the head looks it up at call time
     try:
         yield
     finally:
-        losses.simota_assign = original
+        losses.simota_assign, losses.yolox_loss = original_assign, original_loss
 
 
 def random_targets(batch: int, size: int, num_classes: int, gen: torch.Generator, max_labels: int = 120) -> torch.Tensor:
@@ -48,7 +59,8 @@ def random_targets(batch: int, size: int, num_classes: int, gen: torch.Generator
 
 
 def measure(args, batch: int, which: str, device: torch.device, amp_dtype: torch.dtype | None) -> dict[str, float]:
-    """Seconds per training step and peak CUDA memory of `which` assigner at batch `batch`."""
+    """Seconds per training step, the share of it spent in assignment + loss forward, and peak CUDA
+    memory, with `which` assigner at batch `batch`."""
     exp = get_exp(exp_name="yolox-nano")
     exp.num_classes = args.num_classes
     torch.manual_seed(0)
@@ -68,19 +80,22 @@ def measure(args, batch: int, which: str, device: torch.device, amp_dtype: torch
         scaler.update()
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    with assigner(which):
+    loss_seconds: list[float] = []
+    with assigner(which, loss_seconds, sync):
         for _ in range(args.warmup):
             step()
         sync()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        loss_seconds.clear()
         t0 = time.perf_counter()
         for _ in range(args.iters):
             step()
         sync()
         seconds = (time.perf_counter() - t0) / args.iters
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
-    return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak}
+    loss_share = sum(loss_seconds) / args.iters / seconds
+    return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak, "loss_share": loss_share}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,11 +126,11 @@ def main(argv: list[str] | None = None) -> None:
         for name, r in (("reference (per image)", ref), ("batched simota_assign", fast)):
             rows.append([
                 batch, name, f"{r['s_per_iter']:.3f}", f"{r['img_s']:.1f}",
-                f"{r['img_s'] / ref['img_s']:.2f}x", "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}",
+                f"{r['img_s'] / ref['img_s']:.2f}x", f"{100 * r['loss_share']:.1f}%", "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}",
             ])
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     precision = str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32"
     print(f"YOLOX-Nano training step at {args.size} px, {args.num_classes} classes, {where}, {precision}, "
           f"{args.iters} timed steps after {args.warmup} warm-up")
-    print(tabulate(rows, headers=["batch", "assigner", "s/iter", "img/s", "vs reference", "peak MiB"],
+    print(tabulate(rows, headers=["batch", "assigner", "s/iter", "img/s", "vs reference", "assign+loss share", "peak MiB"],
                    tablefmt="github"))

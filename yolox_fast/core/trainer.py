@@ -85,6 +85,14 @@ def sync_bn_stats(model: nn.Module) -> None:
                 buf.div_(world)
 
 
+def bn_buffers(model: nn.Module) -> list[torch.Tensor]:
+    """The running statistics of every BatchNorm that tracks them (restored after a skipped step)."""
+    return [
+        buf for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        for buf in (m.running_mean, m.running_var, m.num_batches_tracked)
+    ]
+
+
 def restart_count() -> int:
     """How many times torchrun's elastic agent restarted this job (0 outside torchrun)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -125,6 +133,7 @@ class Trainer:
         self.best_ap = float("-inf")  # so the first evaluation always writes best_ckpt.pth
         self.start_epoch = 0
         self.start_iter = 0  # iterations already done inside start_epoch (mid-epoch resume)
+        self._finished = (0, 0)  # (epoch, iterations done in it) of the last completed step or epoch save
         self.epoch = 0
         self.iter = 0
         self.no_aug = False
@@ -150,7 +159,7 @@ class Trainer:
             # weights are those of the last finished iteration, which is what gets saved
             if self._stop_signum is None:
                 raise
-            raise TrainingStopped(self._stop_signum, self._save_interrupted(self.iter)) from None
+            raise TrainingStopped(self._stop_signum, self._save_interrupted()) from None
         finally:
             self._restore_signal_handlers()
         self.after_train()
@@ -161,7 +170,7 @@ class Trainer:
             self.iter = it
             stop = self.train_one_iter()
             if stop:
-                raise TrainingStopped(self._stop_signum or signal.SIGTERM, self._save_interrupted(self.iter + 1))
+                raise TrainingStopped(self._stop_signum or signal.SIGTERM, self._save_interrupted())
 
     def train_one_iter(self) -> bool:
         """One optimisation step; returns True when every rank agreed to stop after it (signal)."""
@@ -170,7 +179,7 @@ class Trainer:
         inps, targets = self.exp.preprocess(inps, targets, self.input_size)
         data_time = time.perf_counter() - t0
         self._log_batch_images(inps, targets)
-        lr = self._set_lr(self.progress_in_iter)
+        lr = self._set_lr(self.progress_in_iter + 1)  # as YOLOX: the first step already warms up
         self._snapshot_bn_stats()
 
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
@@ -189,6 +198,7 @@ class Trainer:
             self.scaler.update()
             if self.ema_model is not None:
                 self.ema_model.update(self.model)
+        self._finished = (self.epoch, self.iter + 1)
 
         if (self.progress_in_iter + 1) % MULTISCALE_EVERY == 0:
             self.input_size = tuple(self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed))
@@ -220,6 +230,7 @@ class Trainer:
         self.max_iter = len(self.train_loader)
         # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
         self.train_loader.skip_to(self.progress_in_iter_at(self.start_epoch, self.start_iter))
+        self._finished = (self.start_epoch, self.start_iter)
         self.prefetcher = iter(self.train_loader)
         self.lr_scheduler = self.exp.get_lr_scheduler(self.exp.basic_lr_per_img * self.batch_size, self.max_iter)
         if self.no_aug:
@@ -242,10 +253,7 @@ class Trainer:
         self.model.train()
         model = unwrap_model(model)
         # BatchNorm running statistics, copied before each step so a skipped step can put them back
-        self._bn_stats = [
-            buf for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
-            for buf in (m.running_mean, m.running_var, m.num_batches_tracked)
-        ]
+        self._bn_stats = bn_buffers(model)
         self._bn_backup = [b.clone() for b in self._bn_stats]
         self.evaluator = self.exp.get_evaluator(batch_size=self.batch_size // self.world_size, is_distributed=self.is_distributed)
         if self.rank == 0 and self.args.logger == "tensorboard":
@@ -270,6 +278,7 @@ class Trainer:
     def after_epoch(self) -> None:
         done = self.epoch + 1
         self.save_ckpt("latest", start_epoch=done, it=0)
+        self._finished = (done, 0)
         if self.exp.save_history_ckpt:
             self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
         logger.info(f"epoch {done}/{self.max_epoch} finished")
@@ -347,12 +356,19 @@ class Trainer:
         logger.info(f"saved {path} (resumes at epoch {start_epoch + 1}, iteration {it})")
         return path
 
-    def _save_interrupted(self, done_in_epoch: int) -> str | None:
-        return self.save_ckpt("latest", start_epoch=self.epoch, it=done_in_epoch)
+    def _save_interrupted(self) -> str | None:
+        # the position of the last completed step, whatever was interrupted after it (the next
+        # batch, the multi-scale broadcast, an eval), so a resume neither repeats nor skips a step
+        epoch, done_in_epoch = self._finished
+        return self.save_ckpt("latest", start_epoch=epoch, it=done_in_epoch)
 
     def _resume_path(self) -> str | None:
         """Checkpoint to resume from: --resume (given -c or latest), or latest under --auto-resume/torchrun restarts."""
         latest = os.path.join(self.file_name, "latest_ckpt.pth")
+        if restart_count() > 0 and os.path.isfile(latest):
+            # after a restart the newest position wins over -c/-e, or finished epochs would be redone
+            logger.info(f"torchrun restart {restart_count()}: continuing from {latest}")
+            return latest
         if self.args.resume:
             path = self.args.ckpt or latest
             if not os.path.isfile(path):
@@ -378,7 +394,7 @@ class Trainer:
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
         self.best_ap = float(ckpt.get("best_ap", float("-inf")))
-        if self.args.start_epoch is not None:  # -e is 1-based, as in YOLOX
+        if self.args.start_epoch is not None and restart_count() == 0:  # -e is 1-based, as in YOLOX
             self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
         else:
             self.start_epoch, self.start_iter = int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))
@@ -501,25 +517,38 @@ class Trainer:
             signal.signal(sig, handler)
 
     def _log_grad_checkpoint_saving(self, model: nn.Module) -> None:
-        """Measure peak memory of one forward/backward with and without activation checkpointing (CUDA)."""
+        """Log the activation memory that checkpointing saves per image (CUDA), measured on two random
+        images: no training batch is consumed, BN statistics are restored, and the plain pass, the
+        one that may not fit, runs last and may fail with an out-of-memory error."""
         if self.device.type != "cuda":
             logger.info("activation checkpointing on (its memory saving is measured on CUDA only)")
             return
-        inps, targets = self._next_batch()
-        inps, targets = self.exp.preprocess(inps, targets, self.input_size)
+        inps = torch.rand(2, 3, *self.input_size, device=self.device) * 255
+        targets = torch.zeros(2, 1, 5, device=self.device)
+        bn_stats = [t.clone() for t in bn_buffers(model)]
         peaks = {}
-        for enabled in (False, True):
-            model.set_grad_checkpointing(enabled)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            with torch.autocast("cuda", dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-                loss = model(inps, targets)["total_loss"]
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-            peaks[enabled] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        try:
+            for enabled in (True, False):
+                model.set_grad_checkpointing(enabled)
+                torch.cuda.reset_peak_memory_stats(self.device)
+                base = torch.cuda.memory_allocated(self.device)
+                with torch.autocast("cuda", dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+                    loss = model(inps, targets)["total_loss"]
+                loss.backward()
+                model.zero_grad(set_to_none=True)
+                peaks[enabled] = (torch.cuda.max_memory_allocated(self.device) - base) / 2**20 / 2
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+        finally:
+            model.set_grad_checkpointing(True)
+            for buf, saved in zip(bn_buffers(model), bn_stats):
+                buf.copy_(saved)
+        if False not in peaks:
+            logger.info("activation checkpointing on (without it, even 2 images do not fit)")
+            return
         logger.info(
-            f"activation checkpointing on: peak memory {peaks[True]:.0f} MiB instead of {peaks[False]:.0f} MiB "
-            f"(saves {peaks[False] - peaks[True]:.0f} MiB at batch {inps.shape[0]} per process, "
-            f"{self.input_size[0]}x{self.input_size[1]})"
+            f"activation checkpointing on: about {peaks[True]:.0f} MiB per image instead of {peaks[False]:.0f} MiB "
+            f"(saves {peaks[False] - peaks[True]:.0f} MiB per image at {self.input_size[0]}x{self.input_size[1]})"
         )
 
     def _log_summary(self) -> None:

@@ -46,9 +46,10 @@ def box_candidates(
 ) -> np.ndarray:
     """Which transformed boxes to keep: (N,) bool.
 
-    `before` (N, 4) are the boxes as the transform mapped them, before clipping to the image; `after`
-    (N, 4) the same boxes clipped. A box is kept iff its clipped width and height are > `min_size`,
-    its clipped area is >= `min_area_ratio` of the unclipped area, and max(w/h, h/w) < `max_aspect`.
+    `before` (N, 4) gives each box's reference size: the pre-transform box brought to the output
+    scale (for a crop or paste, simply the box before clipping); `after` (N, 4) the boxes after the
+    transform and clipping. A box is kept iff its width and height are > `min_size`, its area is
+    >= `min_area_ratio` of the reference area, and max(w/h, h/w) < `max_aspect`.
     Any NaN or infinite coordinate drops the box.
     """
     w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
@@ -62,12 +63,21 @@ def box_candidates(
 
 
 def clip_and_filter(
-    labels: np.ndarray, width: float, height: float, min_size: float, min_area_ratio: float, max_aspect: float
+    labels: np.ndarray,
+    width: float,
+    height: float,
+    min_size: float,
+    min_area_ratio: float,
+    max_aspect: float,
+    reference: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Clip labels (N, 5+) [x1, y1, x2, y2, cls, ...] to the image and drop what box_candidates rejects."""
+    """Clip labels (N, 5+) [x1, y1, x2, y2, cls, ...] to the image and drop what box_candidates rejects.
+
+    `reference` (N, 4): the boxes whose area the kept area is compared with; default the unclipped boxes.
+    """
     if len(labels) == 0:
         return labels
-    before = labels[:, :4].copy()
+    before = labels[:, :4].copy() if reference is None else reference
     labels = labels.copy()
     labels[:, [0, 2]] = labels[:, [0, 2]].clip(0, width)
     labels[:, [1, 3]] = labels[:, [1, 3]].clip(0, height)
@@ -133,9 +143,12 @@ def random_affine(
         img, matrix, dsize=(target_size[1], target_size[0]), borderValue=(PAD_VALUE,) * 3
     )
     if len(labels):
+        # the area test compares with the original box at the warp's scale, not with the (larger)
+        # axis-aligned hull of the rotated/sheared box
+        reference = labels[:, :4] * np.sqrt(abs(np.linalg.det(matrix[:, :2])))
         labels = labels.copy()
         labels[:, :4] = warp_boxes(labels[:, :4], matrix)
-        labels = clip_and_filter(labels, target_size[1], target_size[0], *box_filter)
+        labels = clip_and_filter(labels, target_size[1], target_size[0], *box_filter, reference=reference)
     return out, labels
 
 

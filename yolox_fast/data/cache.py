@@ -70,8 +70,16 @@ class ImageCache:
 
 
 def cache_key(name: str, files: list[str], size: tuple[int, int]) -> str:
-    """Hash of (dataset name, image list, slot size, layout version)."""
-    payload = json.dumps([LAYOUT_VERSION, name, list(size), files]).encode()
+    """Hash of (dataset name, image list with each file's size and mtime, slot size, layout version):
+    an image rewritten in place (a regenerated set, an edited file) makes a new key."""
+    stamps = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            stamps.append((path, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append((path, -1, -1))
+    payload = json.dumps([LAYOUT_VERSION, name, list(size), stamps]).encode()
     return hashlib.sha1(payload).hexdigest()
 
 

@@ -7,6 +7,9 @@ from typing import Any, Dict, Sequence
 
 from tabulate import tabulate
 
+# fields holding paths or names stay strings even when they look like numbers ("data_dir 2017")
+PATH_SUFFIXES = ("_dir", "_ann", "_file", "_name", "_json", "dataset")
+
 
 class BaseExp(metaclass=ABCMeta):
     """Experiment: every knob of a run lives here as a plain attribute; subclasses override what differs."""
@@ -65,7 +68,7 @@ class BaseExp(metaclass=ABCMeta):
             raise ValueError(f"exp overrides must be KEY VALUE pairs, got an odd list: {opts}")
         known = self.fields()
         for key, raw in zip(opts[0::2], opts[1::2]):
-            if key not in known and not hasattr(self, key):
+            if key not in known:
                 close = [k for k in known if key.lower() in k.lower() or k.lower() in key.lower()]
                 hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
                 raise ValueError(f"unknown exp key {key!r}{hint}")
@@ -74,7 +77,7 @@ class BaseExp(metaclass=ABCMeta):
 
 def _coerce(key: str, raw: str, current: Any) -> Any:
     if current is None:
-        return _literal_or_str(raw)
+        return raw if key.endswith(PATH_SUFFIXES) else _literal_or_str(raw)
     try:
         if isinstance(current, bool):
             low = raw.strip().lower()

@@ -502,7 +502,7 @@ def simota_assign(
             u_max, g_max = max(sizes_u[start:end]), max(sizes_g[start:end])
             try:
                 _assign_chunk(order[start:end], u_max, g_max, inputs, outputs, workspace, topk, iou_weight)
-            except torch.OutOfMemoryError:
+            except torch.cuda.OutOfMemoryError:
                 if device.type != "cuda" or end - start == 1:
                     raise
                 del workspace

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from loguru import logger
 from tabulate import tabulate
@@ -32,7 +33,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         # garbage bytes read as pickle opcodes also fail inside the weights-only unpickler
         if "weights only" not in str(e).lower() or "Unsupported operand" in str(e):
@@ -143,6 +145,14 @@ def _check_weights_only_safe(obj: Any, where: str = "state") -> None:
     )
 
 
+def _numpy_scalar_globals() -> list:
+    """What numpy scalars unpickle through: official YOLOX checkpoints store best_ap/curr_ap as
+    numpy.float64 (from COCOeval.stats). These rebuild plain numbers, never run code."""
+    core = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")]
+    return [core.multiarray.scalar, np.dtype, *dtypes]
+
+
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
     """Write `state` to `path` atomically: a crash mid-write leaves the previous file intact.
 
@@ -153,6 +163,9 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint is as readable as any file the user writes
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
