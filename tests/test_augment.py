@@ -142,3 +142,15 @@ def test_augment_hsv_matches_plain_arithmetic():
         hsv[..., 0] = (hsv[..., 0] + gains[0]) % 180
         hsv[..., 1:] = np.clip(hsv[..., 1:] + gains[1:], 0, 255)
         np.testing.assert_array_equal(out, cv2.cvtColor(hsv.astype(np.uint8), cv2.COLOR_HSV2BGR))
+
+
+def test_area_test_compares_with_the_reference_box_when_given():
+    """After a rotation the axis-aligned hull is larger than the scaled original box; the 10% area
+    rule is about the original, so a reference box decides."""
+    from yolox_fast.data.augment import clip_and_filter
+
+    labels = np.array([[-95.0, 0.0, 5.0, 60.0, 1.0]])  # hull 100 x 60, 5 x 60 left after clipping
+    assert len(clip_and_filter(labels, 100, 100, 2.0, 0.1, 20.0)) == 0  # 5% of the hull
+    reference = np.array([[0.0, 0.0, 40.0, 40.0]])  # the original box at the warp's scale
+    kept = clip_and_filter(labels, 100, 100, 2.0, 0.1, 20.0, reference=reference)
+    np.testing.assert_allclose(kept, [[0.0, 0.0, 5.0, 60.0, 1.0]])  # 300 px^2 >= 10% of 1600

@@ -163,3 +163,18 @@ def test_two_processes_share_one_copy(tiny_root, shm_dir):
         assert s["Private_Dirty"] == 0 and s["Private_Clean"] == 0  # ... none of it a private copy ...
         assert s["Shared_Clean"] + s["Shared_Dirty"] == s["Rss"]
         assert s["Pss"] <= 0.55 * s["Rss"]  # ... and its proportional share is split between the two
+
+
+def test_an_image_rewritten_in_place_changes_the_cache_key(tmp_path):
+    """A regenerated set keeps its file names; the cache must not serve the old pixels."""
+    import os
+
+    from yolox_fast.data.cache import cache_key
+
+    img = tmp_path / "000001.jpg"
+    img.write_bytes(b"old pixels")
+    before = cache_key("shapes", [str(img)], (64, 64))
+    assert cache_key("shapes", [str(img)], (64, 64)) == before
+    img.write_bytes(b"new pixels, other size")
+    os.utime(img, ns=(1, 1))
+    assert cache_key("shapes", [str(img)], (64, 64)) != before
