@@ -75,13 +75,13 @@ def test_merge_keeps_paths_as_strings_and_parses_other_unset_fields():
     assert exp.class_names == ("a", "b")
 
 
-def test_multiscale_preprocess_scales_boxes_and_drops_those_that_become_too_small():
+def test_multiscale_preprocess_scales_images_and_boxes():
     import torch
 
     exp = Exp()
     inputs = torch.zeros(1, 3, 64, 64)
-    targets = torch.tensor([[[1, 32, 32, 20, 10], [2, 10, 10, 2.5, 8], [0, 0, 0, 0, 0]]], dtype=torch.float32)
-    out, t = exp.preprocess(inputs, targets, (32, 32))
-    assert out.shape == (1, 3, 32, 32)
-    torch.testing.assert_close(t[0, 0], torch.tensor([1.0, 16, 16, 10, 5]))
-    assert (t[0, 1:] == 0).all()  # 2.5 px wide became 1.25 px: dropped, padding stays padding
+    targets = torch.tensor([[[1, 32, 32, 20, 10], [0, 0, 0, 0, 0]]], dtype=torch.float32)
+    out, t = exp.preprocess(inputs, targets, (32, 48))
+    assert out.shape == (1, 3, 32, 48)
+    torch.testing.assert_close(t[0, 0], torch.tensor([1.0, 24, 16, 15, 5]))
+    assert (t[0, 1] == 0).all()

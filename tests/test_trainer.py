@@ -134,7 +134,7 @@ def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coc
     sched = LRScheduler("yoloxwarmcos", exp["basic_lr_per_img"] * 2, per_epoch, 3, warmup_epochs=1,
                         warmup_lr_start=0, no_aug_epochs=1, min_lr_ratio=exp["min_lr_ratio"])
     for e, i, _, lr in steps:  # the schedule continues where it stopped
-        assert lr == pytest.approx(sched.update_lr((e - 1) * per_epoch + i), rel=2e-3, abs=1e-9)
+        assert lr == pytest.approx(sched.update_lr((e - 1) * per_epoch + i - 1), rel=2e-3, abs=1e-9)
 
     # and so does the loss curve: weights, optimizer state and batch stream are those of a run
     # that was never interrupted

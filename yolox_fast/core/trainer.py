@@ -179,7 +179,7 @@ class Trainer:
         inps, targets = self.exp.preprocess(inps, targets, self.input_size)
         data_time = time.perf_counter() - t0
         self._log_batch_images(inps, targets)
-        lr = self._set_lr(self.progress_in_iter + 1)  # as YOLOX: the first step already warms up
+        lr = self._set_lr(self.progress_in_iter)
         self._snapshot_bn_stats()
 
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):

@@ -175,11 +175,7 @@ class Exp(BaseExp):
         return tuple(size)
 
     def preprocess(self, inputs: torch.Tensor, targets: torch.Tensor, tsize: Tuple[int, int]):
-        """Resize a batch (B, 3, H, W) and its targets (B, M, 5) px to `tsize` (h, w).
-
-        Boxes that shrink to `box_min_size` px or less become padding rows, as box_candidates
-        would have dropped them at this size.
-        """
+        """Resize a batch (B, 3, H, W) and its targets (B, M, 5) px to `tsize` (h, w)."""
         scale_y = tsize[0] / inputs.shape[2]
         scale_x = tsize[1] / inputs.shape[3]
         if scale_x != 1 or scale_y != 1:
@@ -187,8 +183,6 @@ class Exp(BaseExp):
             targets = targets.clone()
             targets[..., 1::2] *= scale_x
             targets[..., 2::2] *= scale_y
-            too_small = (targets[..., 3] <= self.box_min_size) | (targets[..., 4] <= self.box_min_size)
-            targets[too_small & (targets.sum(-1) > 0)] = 0
         return inputs, targets
 
     # ------------------------------------------------------------------ optimisation
