@@ -8,19 +8,12 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch.nn as nn
 from loguru import logger
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from tabulate import tabulate
 
-from yolox_fast.evaluators.inference import (
-    Detections,
-    InferenceResult,
-    check_not_empty,
-    evaluate_on_all_ranks,
-    run_inference,
-)
+from yolox_fast.evaluators.inference import DetectionEvaluator, Detections, InferenceResult
 
 
 def detections_to_coco_json(
@@ -124,7 +117,7 @@ def coco_score(
     }
 
 
-class COCOEvaluator:
+class COCOEvaluator(DetectionEvaluator):
     """AP of a model on a COCO-format eval loader (single process or one shard per rank).
 
     The loader's dataset must have `.coco` (pycocotools COCO of the split) and `.class_ids`
@@ -145,44 +138,13 @@ class COCOEvaluator:
         per_class_AP: bool = True,
         per_class_AR: bool = True,
     ) -> None:
-        self.dataloader = dataloader
-        self.img_size = tuple(img_size)
-        self.confthre = confthre
-        self.nmsthre = nmsthre
-        self.num_classes = num_classes
-        self.class_names = class_names
+        super().__init__(dataloader, img_size, confthre, nmsthre, num_classes, class_names)
         self.testdev = testdev
         self.testdev_json = testdev_json
         self.per_class_AP = per_class_AP
         self.per_class_AR = per_class_AR
-        self.last_result: Dict[str, Any] = {}
 
-    def evaluate(
-        self, model: nn.Module, distributed: bool = False, half: bool = False, speed_only: bool = False
-    ) -> Tuple[float, float, str]:
-        """(ap50_95, ap50, summary text) on the whole eval set; the same values on every rank.
-
-        `distributed`: this rank's loader holds one shard; detections are gathered to rank 0, scored
-        there once, and the result broadcast. `half`: autocast (fp16 on CUDA, bf16 on CPU).
-        `speed_only`: time inference, skip scoring (returns 0, 0 and the timing line).
-        The model is left in eval mode.
-        """
-        check_not_empty(self.dataloader)
-        self.last_result = evaluate_on_all_ranks(
-            lambda: run_inference(
-                model, self.dataloader, self.img_size, self.num_classes, self.confthre, self.nmsthre, half
-            ),
-            lambda merged: self._score(merged, speed_only),
-            distributed,
-        )
-        return self.last_result["ap50_95"], self.last_result["ap50"], self.last_result["summary"]
-
-    def _score(self, merged: InferenceResult, speed_only: bool) -> Dict[str, Any]:
-        timing = merged.timing_text()
-        logger.info(timing)
-        base = {"num_images": len(merged.detections), "timing": timing}
-        if speed_only:
-            return {**base, "ap50_95": 0.0, "ap50": 0.0, "summary": timing + "\n"}
+    def score(self, merged: InferenceResult) -> Dict[str, Any]:
         dataset = self.dataloader.dataset
         class_ids = list(dataset.class_ids)
         if self.testdev:
@@ -191,16 +153,16 @@ class COCOEvaluator:
             with open(self.testdev_json, "w") as f:
                 json.dump(records, f)
             text = (
-                f"{timing}\ntest-dev: wrote {len(records)} detections to {self.testdev_json} "
+                f"test-dev: wrote {len(records)} detections to {self.testdev_json} "
                 "(score it on the evaluation server)\n"
             )
             logger.info(text.strip())
-            return {**base, "ap50_95": 0.0, "ap50": 0.0, "summary": text}
+            return {"ap50_95": 0.0, "ap50": 0.0, "summary": text}
         names = self.class_names if self.class_names is not None else getattr(dataset, "class_names", None)
         result = coco_score(dataset.coco, merged.detections, class_ids, names)
-        text = timing + "\n" + result["summary"]
+        text = result["summary"]
         if self.per_class_AP:
             text += "per class AP:\n" + _grouped_table(result["per_class_ap"], "AP") + "\n"
         if self.per_class_AR:
             text += "per class AR:\n" + _grouped_table(result["per_class_ar"], "AR") + "\n"
-        return {**base, **result, "summary": text}
+        return {**result, "summary": text}

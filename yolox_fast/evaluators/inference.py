@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 import numpy as np
 import torch
 import torch.nn as nn
+from loguru import logger
 
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.boxes import postprocess
@@ -221,3 +222,61 @@ def check_not_empty(dataloader: Any) -> None:
         raise ValueError(
             "the eval set is empty: check the dataset description's val split (images / ann / sets)"
         )
+
+
+class DetectionEvaluator:
+    """What every evaluator shares: batched inference over the loader (one shard per rank),
+    gathering to rank 0, timing, and the speed-only shortcut. A subclass scores the merged
+    detections in `score` and returns a dict with at least ap50_95, ap50 and summary.
+
+    After `evaluate`, `self.last_result` holds the full result dict on every rank.
+    """
+
+    def __init__(
+        self,
+        dataloader,
+        img_size: Sequence[int],
+        confthre: float,
+        nmsthre: float,
+        num_classes: int,
+        class_names: Sequence[str] | None = None,
+    ) -> None:
+        self.dataloader = dataloader
+        self.img_size = tuple(img_size)
+        self.confthre = confthre
+        self.nmsthre = nmsthre
+        self.num_classes = num_classes
+        self.class_names = class_names
+        self.last_result: Dict[str, Any] = {}
+
+    def evaluate(
+        self, model: nn.Module, distributed: bool = False, half: bool = False, speed_only: bool = False
+    ) -> Tuple[float, float, str]:
+        """(ap50_95, ap50, summary text) on the whole eval set; the same values on every rank.
+
+        `distributed`: this rank's loader holds one shard; detections are gathered to rank 0, scored
+        there once, and the result broadcast. `half`: autocast (fp16 on CUDA, bf16 on CPU).
+        `speed_only`: time inference, skip scoring (returns 0, 0 and the timing line).
+        The model is left in eval mode.
+        """
+        check_not_empty(self.dataloader)
+        self.last_result = evaluate_on_all_ranks(
+            lambda: run_inference(
+                model, self.dataloader, self.img_size, self.num_classes, self.confthre, self.nmsthre, half
+            ),
+            lambda merged: self._score_with_timing(merged, speed_only),
+            distributed,
+        )
+        return self.last_result["ap50_95"], self.last_result["ap50"], self.last_result["summary"]
+
+    def _score_with_timing(self, merged: InferenceResult, speed_only: bool) -> Dict[str, Any]:
+        timing = merged.timing_text()
+        logger.info(timing)
+        base = {"num_images": len(merged.detections), "timing": timing}
+        if speed_only:
+            return {**base, "ap50_95": 0.0, "ap50": 0.0, "summary": timing + "\n"}
+        result = self.score(merged)
+        return {**base, **result, "summary": f"{timing}\n{result['summary']}"}
+
+    def score(self, merged: InferenceResult) -> Dict[str, Any]:
+        raise NotImplementedError

@@ -16,17 +16,10 @@ from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-import torch.nn as nn
 from loguru import logger
 from tabulate import tabulate
 
-from yolox_fast.evaluators.inference import (
-    Detections,
-    InferenceResult,
-    check_not_empty,
-    evaluate_on_all_ranks,
-    run_inference,
-)
+from yolox_fast.evaluators.inference import DetectionEvaluator, Detections, InferenceResult
 
 IOU_THRESHOLDS = tuple(np.round(np.arange(0.5, 0.951, 0.05), 2).tolist())  # 0.50, 0.55, ..., 0.95
 
@@ -142,7 +135,7 @@ def voc_map(
     return aps
 
 
-class VOCEvaluator:
+class VOCEvaluator(DetectionEvaluator):
     """VOC mAP of a model on a VOC-format eval loader (single process or one shard per rank).
 
     Returns AP50:95 (mean over IoU 0.50:0.95) and AP50 as `evaluate`'s first two values, both means
@@ -160,38 +153,10 @@ class VOCEvaluator:
         class_names: Optional[Sequence[str]] = None,
         use_07_metric: bool = True,
     ) -> None:
-        self.dataloader = dataloader
-        self.img_size = tuple(img_size)
-        self.confthre = confthre
-        self.nmsthre = nmsthre
-        self.num_classes = num_classes
-        self.class_names = class_names
+        super().__init__(dataloader, img_size, confthre, nmsthre, num_classes, class_names)
         self.use_07_metric = use_07_metric
-        self.last_result: Dict[str, Any] = {}
 
-    def evaluate(
-        self, model: nn.Module, distributed: bool = False, half: bool = False, speed_only: bool = False
-    ) -> Tuple[float, float, str]:
-        """(ap50_95, ap50, summary text) on the whole eval set; the same values on every rank.
-
-        `distributed`, `half` and `speed_only` as in COCOEvaluator.evaluate.
-        """
-        check_not_empty(self.dataloader)
-        self.last_result = evaluate_on_all_ranks(
-            lambda: run_inference(
-                model, self.dataloader, self.img_size, self.num_classes, self.confthre, self.nmsthre, half
-            ),
-            lambda merged: self._score(merged, speed_only),
-            distributed,
-        )
-        return self.last_result["ap50_95"], self.last_result["ap50"], self.last_result["summary"]
-
-    def _score(self, merged: InferenceResult, speed_only: bool) -> Dict[str, Any]:
-        timing = merged.timing_text()
-        logger.info(timing)
-        base = {"num_images": len(merged.detections), "timing": timing}
-        if speed_only:
-            return {**base, "ap50_95": 0.0, "ap50": 0.0, "summary": timing + "\n"}
+    def score(self, merged: InferenceResult) -> Dict[str, Any]:
         dataset = self.dataloader.dataset
         records = {r.img_id: r for r in dataset.records}
         ground_truth = {
@@ -218,9 +183,8 @@ class VOCEvaluator:
         ]
         rows.append(("mean", f"{100 * ap50:.2f}", f"{100 * ap50_95:.2f}"))
         table = tabulate(rows, headers=("class", "AP50", "AP50:95"), tablefmt="pipe")
-        text = f"{timing}\nVOC AP ({metric}), {len(merged.detections)} images:\n{table}\n"
+        text = f"VOC AP ({metric}), {len(merged.detections)} images:\n{table}\n"
         return {
-            **base,
             "ap50_95": ap50_95,
             "ap50": ap50,
             "summary": text,
