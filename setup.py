@@ -1,4 +1,5 @@
 """Packaging for yolox_fast. `pip install -e .[test]` installs the package and its test tools."""
+
 import re
 from pathlib import Path
 
@@ -15,6 +16,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["yolox_fast", "yolox_fast.*"]),
+    # the built-in dataset descriptions (the model zoo's exps are modules, found as packages)
+    package_data={"yolox_fast.data": ["configs/*.json"]},
     install_requires=[
         "torch>=2.5,<=2.14.1",
         "torchvision>=0.20,<=0.29.1",
@@ -27,7 +30,7 @@ setup(
         "psutil",
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime"],
+        "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime", "ruff"],
         "onnx": ["onnx", "onnxruntime"],
     },
 )

@@ -1,9 +1,1 @@
-"""YOLOX-S on COCO, the official recipe."""
-from yolox_fast.exp import Exp as BaseExp
-
-
-class Exp(BaseExp):
-    def __init__(self):
-        super().__init__()
-        self.depth = 0.33
-        self.width = 0.50
+../yolox_fast/exp/default/yolox_s.py

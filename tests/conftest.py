@@ -1,4 +1,5 @@
 """Shared fixtures: tiny generated shapes datasets in COCO and VOC format (session-scoped, < 1 s each)."""
+
 import pytest
 
 from yolox_fast.data.datasets.synthetic import default_description, generate

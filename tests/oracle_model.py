@@ -3,8 +3,8 @@
 Images are recognised by the bytes of their letterboxed tensor, so the predictions do not depend on
 batch composition, on which rank sees the image, or on the loader order.
 """
+
 import hashlib
-from typing import Dict, List
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ def image_key(img: torch.Tensor) -> str:
 class OracleModel(nn.Module):
     """forward(x (B, 3, H, W)) -> (B, R, 5 + C) rows [cx, cy, w, h, obj, class probs] from `table`."""
 
-    def __init__(self, table: Dict[str, np.ndarray], num_classes: int) -> None:
+    def __init__(self, table: dict[str, np.ndarray], num_classes: int) -> None:
         super().__init__()
         self.table = table
         self.num_classes = num_classes
@@ -57,7 +57,7 @@ def oracle_for(dataset, num_classes: int, input_size, noise: bool, seed: int = 0
             boxes = np.concatenate([boxes, fp])
             classes = np.concatenate([classes, rng.integers(0, num_classes, 1)])
             scores = np.concatenate([scores, rng.uniform(0.05, 1.0, 1)])
-        rows: List[np.ndarray] = []
+        rows: list[np.ndarray] = []
         for (x1, y1, x2, y2), c, s in zip(boxes * r, classes, scores):
             row = np.zeros(5 + num_classes)
             row[:5] = [(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, s]

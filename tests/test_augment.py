@@ -1,4 +1,5 @@
 """Augmentations: box_candidates exactly, and draw-and-check that boxes follow the pixels."""
+
 import numpy as np
 import pytest
 
@@ -73,7 +74,9 @@ def test_random_affine_box_lands_on_its_pixels(seed):
     img = _rect_image(200, 240, box)
     labels = np.array([[*box, 3]], dtype=np.float32)
     rng = np.random.default_rng(seed)
-    out, new = random_affine(img, labels, rng, (160, 180), degrees=10, translate=0.1, scales=(0.6, 1.2), shear=2)
+    out, new = random_affine(
+        img, labels, rng, (160, 180), degrees=10, translate=0.1, scales=(0.6, 1.2), shear=2
+    )
     assert out.shape == (160, 180, 3)
     assert len(new) == 1 and new[0, 4] == 3
     # the label box is the hull of the warped corners: the drawn pixels fill it to within interpolation

@@ -1,4 +1,5 @@
 """ImageCache: same pixels as uncached, rebuilt when stale or truncated, one shared copy across processes."""
+
 import json
 import multiprocessing as mp
 import pickle

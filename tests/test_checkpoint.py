@@ -113,7 +113,9 @@ def test_damaged_file_gives_clear_error_naming_it(tmp_path, damage):
 
 def test_pickled_objects_are_refused_by_weights_only_loading(tmp_path):
     path = tmp_path / "unsafe.pth"
-    torch.save({"model": {}, "args": argparse.Namespace(lr=0.1)}, path)  # a class instance: arbitrary unpickling
+    torch.save(
+        {"model": {}, "args": argparse.Namespace(lr=0.1)}, path
+    )  # a class instance: arbitrary unpickling
     with pytest.raises(RuntimeError, match="weights_only") as info:
         load_checkpoint(path)
     assert str(path) in str(info.value)
@@ -168,12 +170,19 @@ def test_save_creates_parent_directories_and_replaces(tmp_path):
 
 
 def test_official_style_checkpoint_with_numpy_scalars_loads(tmp_path):
-    """Official YOLOX training stores best_ap/curr_ap as numpy.float64; weights_only loading must take them."""
+    """Official YOLOX training stores best_ap/curr_ap as numpy.float64; weights_only loading takes them."""
     import numpy as np
 
     path = tmp_path / "official.pth"
-    torch.save({"model": {"w": torch.ones(2)}, "best_ap": np.float64(0.4), "curr_ap": np.float32(0.3),
-                "start_epoch": 5}, path)
+    torch.save(
+        {
+            "model": {"w": torch.ones(2)},
+            "best_ap": np.float64(0.4),
+            "curr_ap": np.float32(0.3),
+            "start_epoch": 5,
+        },
+        path,
+    )
     ckpt = load_checkpoint(path)
     assert float(ckpt["best_ap"]) == 0.4 and torch.equal(ckpt["model"]["w"], torch.ones(2))
 

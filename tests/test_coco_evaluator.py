@@ -1,5 +1,6 @@
 """COCO evaluation: our scoring equals pycocotools run by hand, perfect boxes score 1, and the
 end-to-end evaluator maps letterboxed predictions back to original pixels correctly."""
+
 import contextlib
 import copy
 import io
@@ -19,7 +20,8 @@ NAMES = ["circle", "square"]
 def _gt() -> COCO:
     anns = [
         # image 1: two objects; image 2: one; image 3: one (it gets no detections at all)
-        (1, 3, [10, 10, 40, 30]), (1, 7, [60, 50, 30, 30]),
+        (1, 3, [10, 10, 40, 30]),
+        (1, 7, [60, 50, 30, 30]),
         (2, 7, [5, 5, 50, 60]),
         (3, 3, [20, 30, 40, 40]),
     ]
@@ -27,8 +29,14 @@ def _gt() -> COCO:
         "images": [{"id": i, "width": 128, "height": 96, "file_name": f"{i}.jpg"} for i in (1, 2, 3)],
         "categories": [{"id": c, "name": n} for c, n in zip(CLASS_IDS, NAMES)],
         "annotations": [
-            {"id": k + 1, "image_id": img, "category_id": cat, "bbox": box, "area": box[2] * box[3],
-             "iscrowd": 0}
+            {
+                "id": k + 1,
+                "image_id": img,
+                "category_id": cat,
+                "bbox": box,
+                "area": box[2] * box[3],
+                "iscrowd": 0,
+            }
             for k, (img, cat, box) in enumerate(anns)
         ],
     }

@@ -1,4 +1,5 @@
 """COCO / VOC datasets on generated shapes sets, the synthetic generator, configs, and bad input."""
+
 import json
 import shutil
 from pathlib import Path
@@ -53,7 +54,11 @@ def test_coco_and_voc_loaders_read_the_same_set(tiny_shapes_coco, tiny_shapes_vo
     img, labels, info, _ = coco.pull_item(3)
     assert img.shape == (128, 128, 3) and img.dtype == np.uint8 and info == (128, 128)
     np.testing.assert_allclose(labels[:, :4], coco.records[3].boxes)
-    assert len(_coco(tiny_shapes_coco, "val")) == len(_voc(tiny_shapes_voc, "val")) == tiny_shapes_coco["num_val"]
+    assert (
+        len(_coco(tiny_shapes_coco, "val"))
+        == len(_voc(tiny_shapes_voc, "val"))
+        == tiny_shapes_coco["num_val"]
+    )
 
 
 def test_class_names_round_trip(tiny_shapes_coco, tiny_shapes_voc):
@@ -209,11 +214,16 @@ def test_exp_overrides_data_dir_and_ann(tiny_shapes_coco, tmp_path):
 def test_shipped_configs_load():
     cfg = load_dataset_config("shapes")
     assert cfg["class_names"] == list(SHAPE_NAMES) and cfg["synthetic"]["size"] == 320
-    assert load_dataset_config("voc")["format"] == "voc" and len(load_dataset_config("coco")["class_names"]) == 80
+    assert (
+        load_dataset_config("voc")["format"] == "voc"
+        and len(load_dataset_config("coco")["class_names"]) == 80
+    )
 
 
 def test_generate_writes_a_usable_description(tmp_path):
-    root = generate(default_description("voc", str(tmp_path / "v")), {"num_train": 2, "num_val": 1, "size": 64})
+    root = generate(
+        default_description("voc", str(tmp_path / "v")), {"num_train": 2, "num_val": 1, "size": 64}
+    )
     cfg = load_dataset_config(root / "dataset.json")
     assert cfg["root"] == str(root) and "synthetic" not in cfg
     assert len(VOCDetection(cfg["root"], cfg["val"]["sets"], cfg["class_names"])) == 1

@@ -1,5 +1,6 @@
 """Batched demo inference: B images per forward give the detections of one at a time; bad files are
 skipped and reported; results, JSON and checkpoints behave as the tools promise."""
+
 import copy
 import importlib.util
 import json
@@ -11,8 +12,8 @@ import pytest
 import torch
 
 from yolox_fast.core.demo import run_on_images
-from yolox_fast.core.predictor import Predictor, load_inference_model
 from yolox_fast.exp import get_exp
+from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.utils.checkpoint import save_checkpoint
 
 NUM_CLASSES = 3
@@ -71,15 +72,21 @@ def _predictor(model, conf=0.3):
 def test_batched_detections_equal_one_at_a_time(model, image_dir, log_lines):
     one = run_on_images(_predictor(model), str(image_dir), 1, [str(i) for i in range(NUM_CLASSES)])
     four = run_on_images(_predictor(model), str(image_dir), 4, [str(i) for i in range(NUM_CLASSES)])
-    assert sorted(one) == sorted(four) == sorted(
-        ["img0.png", "img1.png", "img2.png", "img3.png", "sub/img4.png", "sub/img5.png"]
+    assert (
+        sorted(one)
+        == sorted(four)
+        == sorted(["img0.png", "img1.png", "img2.png", "img3.png", "sub/img4.png", "sub/img5.png"])
     )
     assert sum(len(d) for d in one.values()) > 20  # the comparison is not between empty lists
     for name in one:
         a, b = one[name], four[name]
         assert a.shape == b.shape, name
-        np.testing.assert_allclose(a[:, :4], b[:, :4], atol=1e-4)
-        np.testing.assert_allclose(a[:, 4], b[:, 4], atol=1e-5)
+        # Batch size changes the convolutions' summation order, so boxes agree to float rounding only:
+        # within 1e-4 of the image size (0.01 px on these images; a wrong letterbox is off by pixels).
+        side = max(cv2.imread(str(image_dir / name)).shape[:2])
+        a, b = a[np.lexsort((a[:, 0], a[:, 5]))], b[np.lexsort((b[:, 0], b[:, 5]))]
+        np.testing.assert_allclose(a[:, :4], b[:, :4], rtol=0, atol=1e-4 * side)
+        np.testing.assert_allclose(a[:, 4], b[:, 4], rtol=0, atol=1e-4)
         assert (a[:, 5] == b[:, 5]).all()
     assert any("broken.jpg" in line and "skipped" in line for line in log_lines)
 
@@ -120,10 +127,24 @@ def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_
     spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    tool.main([
-        "image", "-n", "yolox-nano", "--path", str(image_dir), "--tsize", "64", "-b", "4", "--save-json",
-        "num_classes", "3", "output_dir", str(tmp_path),
-    ])
+    tool.main(
+        [
+            "image",
+            "-n",
+            "yolox-nano",
+            "--path",
+            str(image_dir),
+            "--tsize",
+            "64",
+            "-b",
+            "4",
+            "--save-json",
+            "num_classes",
+            "3",
+            "output_dir",
+            str(tmp_path),
+        ]
+    )
     assert any("RANDOM weights" in line for line in log_lines)
     assert any("images/s" in line for line in log_lines)
     (saved,) = tmp_path.glob("yolox_nano/vis_res/*/detections.json")
@@ -132,13 +153,28 @@ def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_
 
 def test_demo_tool_defaults_to_the_trained_best_checkpoint(image_dir, tmp_path, log_lines):
     exp = _nano_exp()
-    save_checkpoint({"model": exp.get_model().state_dict(), "class_names": ["a", "b", "c"]},
-                    tmp_path / "yolox_nano" / "best_ckpt.pth")
+    save_checkpoint(
+        {"model": exp.get_model().state_dict(), "class_names": ["a", "b", "c"]},
+        tmp_path / "yolox_nano" / "best_ckpt.pth",
+    )
     spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    tool.main(["image", "-n", "yolox-nano", "--path", str(image_dir), "--tsize", "64",
-               "num_classes", "3", "output_dir", str(tmp_path)])
+    tool.main(
+        [
+            "image",
+            "-n",
+            "yolox-nano",
+            "--path",
+            str(image_dir),
+            "--tsize",
+            "64",
+            "num_classes",
+            "3",
+            "output_dir",
+            str(tmp_path),
+        ]
+    )
     assert any("best_ckpt.pth" in line and "loaded" in line for line in log_lines)
     assert not any("RANDOM weights" in line for line in log_lines)
 
@@ -153,8 +189,9 @@ def test_video_frames_in_batches(model, tmp_path):
         writer.write(rng.integers(0, 256, (120, 160, 3), dtype=np.uint8))
     writer.release()
     out = tmp_path / "out" / "clip.mp4"
-    done = run_on_stream(_predictor(model), str(src), 2, ["a", "b", "c"], out, save_video=True,
-                         save_json=True)
+    done = run_on_stream(
+        _predictor(model), str(src), 2, ["a", "b", "c"], out, save_video=True, save_json=True
+    )
     assert done == 5  # 2 + 2 + a last partial batch of 1
     assert len(json.loads(out.with_suffix(".json").read_text())) == 5
     cap = cv2.VideoCapture(str(out))

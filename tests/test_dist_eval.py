@@ -1,5 +1,6 @@
 """Distributed evaluation: 2 CPU processes (gloo) on an odd-sized set score every image exactly once,
 get the single-process AP, and all fail together (no rank left waiting) when shards overlap."""
+
 import json
 import os
 import socket
@@ -68,8 +69,10 @@ def _worker(rank: int, world: int, port: int, config: str, out_dir: str) -> None
 @pytest.mark.slow
 def test_two_process_eval_equals_single_process(tmp_path):
     root = tmp_path / "shapes"
-    generate(default_description("coco", str(root), name="odd_shapes"),
-             {"num_train": 1, "num_val": NUM_VAL, "size": 96, "seed": 1, "max_objects": 5})
+    generate(
+        default_description("coco", str(root), name="odd_shapes"),
+        {"num_train": 1, "num_val": NUM_VAL, "size": 96, "seed": 1, "max_objects": 5},
+    )
     config = str(root / "dataset.json")
 
     exp = shapes_exp(config)

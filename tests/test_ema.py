@@ -1,4 +1,5 @@
 """ModelEMA: the YOLOX decay ramp, the averaging formula, and the update count surviving a checkpoint."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """Experiment files: zoo names, files, trailing KEY VALUE overrides."""
+
 import textwrap
 
 import pytest
@@ -21,14 +22,16 @@ def test_unknown_zoo_name_lists_known_ones():
 
 def test_exp_file_overrides_only_what_differs(tmp_path):
     path = tmp_path / "my_exp.py"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         from yolox_fast.exp import Exp as BaseExp
 
         class Exp(BaseExp):
             def __init__(self):
                 super().__init__()
                 self.num_classes = 3
-    """))
+    """)
+    )
     exp = get_exp_by_file(str(path))
     assert exp.num_classes == 3 and exp.exp_name == "my_exp"
     assert exp.depth == Exp().depth
@@ -41,8 +44,24 @@ def test_missing_exp_file_is_a_clear_error(tmp_path):
 
 def test_merge_coerces_to_the_current_type():
     exp = Exp()
-    exp.merge(["max_epoch", "12", "basic_lr_per_img", "1e-3", "ema", "false", "input_size", "(320, 256)",
-               "act", "relu", "data_dir", "/data/coco", "multiscale_range", "0"])
+    exp.merge(
+        [
+            "max_epoch",
+            "12",
+            "basic_lr_per_img",
+            "1e-3",
+            "ema",
+            "false",
+            "input_size",
+            "(320, 256)",
+            "act",
+            "relu",
+            "data_dir",
+            "/data/coco",
+            "multiscale_range",
+            "0",
+        ]
+    )
     assert exp.max_epoch == 12 and isinstance(exp.max_epoch, int)
     assert exp.basic_lr_per_img == pytest.approx(1e-3)
     assert exp.ema is False
@@ -50,13 +69,16 @@ def test_merge_coerces_to_the_current_type():
     assert exp.act == "relu" and exp.data_dir == "/data/coco" and exp.multiscale_range == 0
 
 
-@pytest.mark.parametrize("opts, message", [
-    (["max_epochs", "3"], "unknown exp key 'max_epochs'.*max_epoch"),
-    (["max_epoch", "three"], "cannot set exp key 'max_epoch'"),
-    (["ema", "maybe"], "cannot set exp key 'ema'"),
-    (["max_epoch"], "KEY VALUE pairs"),
-    (["get_model", "1"], "unknown exp key 'get_model'"),
-])
+@pytest.mark.parametrize(
+    "opts, message",
+    [
+        (["max_epochs", "3"], "unknown exp key 'max_epochs'.*max_epoch"),
+        (["max_epoch", "three"], "cannot set exp key 'max_epoch'"),
+        (["ema", "maybe"], "cannot set exp key 'ema'"),
+        (["max_epoch"], "KEY VALUE pairs"),
+        (["get_model", "1"], "unknown exp key 'get_model'"),
+    ],
+)
 def test_merge_rejects_bad_overrides(opts, message):
     with pytest.raises(ValueError, match=message):
         Exp().merge(opts)

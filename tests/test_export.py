@@ -1,4 +1,5 @@
 """ONNX export round trip: onnxruntime gives PyTorch's outputs, raw or decoded, static or dynamic batch."""
+
 import importlib.util
 from pathlib import Path
 
@@ -34,8 +35,21 @@ def test_export_tool_static_decoded(tmp_path, capsys):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     out = tmp_path / "decoded.onnx"
-    tool.main(["-n", "yolox-nano", "--tsize", "64", "--batch-size", "2", "--decode-in-inference",
-               "--output-name", str(out), "num_classes", "2"])
+    tool.main(
+        [
+            "-n",
+            "yolox-nano",
+            "--tsize",
+            "64",
+            "--batch-size",
+            "2",
+            "--decode-in-inference",
+            "--output-name",
+            str(out),
+            "num_classes",
+            "2",
+        ]
+    )
     assert out.is_file()
     printed = capsys.readouterr().out
     diff = float(printed.split("max abs diff:")[1].split()[0])

@@ -1,5 +1,6 @@
 """Distributed training on CPU (gloo): ranks stay in sync, the loss is normalised by the global
 number of foreground anchors, and torchrun restarts a killed rank into the right epoch."""
+
 import os
 import re
 import signal
@@ -56,7 +57,9 @@ def ddp_step_worker(out_dir: str) -> None:
         {
             "losses": {k: float(v) for k, v in outputs.items()},
             "in_sync": all(torch.equal(weights, w) for w in everyone),
-            "changed": not torch.equal(weights, torch.cat([p.detach().flatten() for p in nano().parameters()])),
+            "changed": not torch.equal(
+                weights, torch.cat([p.detach().flatten() for p in nano().parameters()])
+            ),
             "world": dist.get_world_size(),
             "env_rank": os.environ["RANK"],
         },
@@ -90,7 +93,13 @@ def test_under_torchrun_reads_the_environment(monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
     assert not under_torchrun()
-    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    env = {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert under_torchrun()
@@ -105,14 +114,39 @@ def test_single_process_launch_calls_directly():
 @pytest.mark.slow
 def test_torchrun_restarts_a_killed_rank_from_the_newest_checkpoint(tiny_shapes_coco, tmp_path):
     opts = {
-        "dataset": tiny_shapes_coco["config"], "output_dir": str(tmp_path), "input_size": "(64,64)",
-        "test_size": "(64,64)", "random_size": "(2,2)", "data_num_workers": 0, "max_epoch": 3,
-        "no_aug_epochs": 1, "warmup_epochs": 1, "eval_interval": 1, "print_interval": 1, "seed": 0,
+        "dataset": tiny_shapes_coco["config"],
+        "output_dir": str(tmp_path),
+        "input_size": "(64,64)",
+        "test_size": "(64,64)",
+        "random_size": "(2,2)",
+        "data_num_workers": 0,
+        "max_epoch": 3,
+        "no_aug_epochs": 1,
+        "warmup_epochs": 1,
+        "eval_interval": 1,
+        "print_interval": 1,
+        "seed": 0,
     }
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--max-restarts", "1", str(REPO / "tools" / "train.py"), "-f",
-           str(REPO / "exps" / "example" / "shapes_nano.py"), "-expn", "run", "-b", "4", "--logger", "none",
-           *[str(x) for kv in opts.items() for x in kv]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "--max-restarts",
+        "1",
+        str(REPO / "tools" / "train.py"),
+        "-f",
+        str(REPO / "exps" / "example" / "shapes_nano.py"),
+        "-expn",
+        "run",
+        "-b",
+        "4",
+        "--logger",
+        "none",
+        *[str(x) for kv in opts.items() for x in kv],
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     log = tmp_path / "run" / "train_log.txt"
     killed = False
@@ -120,7 +154,9 @@ def test_torchrun_restarts_a_killed_rank_from_the_newest_checkpoint(tiny_shapes_
         deadline = time.time() + 180
         while time.time() < deadline and proc.poll() is None and not killed:
             if log.is_file() and "epoch: 2/3, iter: 2/" in log.read_text():
-                workers = [c for c in psutil.Process(proc.pid).children() if c.environ().get("LOCAL_RANK") == "1"]
+                workers = [
+                    c for c in psutil.Process(proc.pid).children() if c.environ().get("LOCAL_RANK") == "1"
+                ]
                 assert len(workers) == 1
                 os.kill(workers[0].pid, signal.SIGKILL)
                 killed = True

@@ -1,4 +1,5 @@
 """Samplers and loaders: disjoint seeded shards, resumable streams, close_mosaic with persistent workers."""
+
 import itertools
 
 import numpy as np
@@ -18,12 +19,14 @@ def _take(it, n):
 def test_infinite_sampler_ranks_are_disjoint_and_reshuffled_each_pass():
     size, world = 23, 3
     per = size // world
-    streams = [_take(iter(InfiniteSampler(size, seed=5, rank=r, world_size=world)), 3 * per) for r in range(world)]
+    streams = [
+        _take(iter(InfiniteSampler(size, seed=5, rank=r, world_size=world)), 3 * per) for r in range(world)
+    ]
     for p in range(3):
-        shards = [set(s[p * per:(p + 1) * per]) for s in streams]
+        shards = [set(s[p * per : (p + 1) * per]) for s in streams]
         assert all(len(s) == per for s in shards)
         assert not (shards[0] & shards[1]) and not (shards[1] & shards[2]) and not (shards[0] & shards[2])
-    assert streams[0][:per] != streams[0][per:2 * per]  # a new order every pass
+    assert streams[0][:per] != streams[0][per : 2 * per]  # a new order every pass
     assert streams[0] == _take(iter(InfiniteSampler(size, seed=5, rank=0, world_size=world)), 3 * per)
     assert streams[0] != _take(iter(InfiniteSampler(size, seed=6, rank=0, world_size=world)), 3 * per)
     assert len(InfiniteSampler(size, rank=0, world_size=world)) == per
@@ -38,7 +41,9 @@ def test_infinite_sampler_resumes_anywhere():
 def test_batch_sampler_carries_flag_and_seed_words():
     bs = YoloBatchSampler(InfiniteSampler(10, seed=2, rank=0, world_size=1), batch_size=4)
     first = next(iter(bs))
-    assert [item[0] for item in first] == [True] * 4 and [item[2] for item in first] == [(2, 0, k) for k in range(4)]
+    assert [item[0] for item in first] == [True] * 4 and [item[2] for item in first] == [
+        (2, 0, k) for k in range(4)
+    ]
     bs.mosaic = False
     bs.start_batch = 3
     resumed = next(iter(bs))
@@ -53,7 +58,10 @@ def test_shard_sampler_covers_each_index_once():
 
 
 def test_pad_collate_pads_and_truncates():
-    batch = [(np.zeros((3, 8, 8), np.float32), np.ones((n, 5), np.float32), (8, 8), i) for i, n in enumerate((0, 2, 7))]
+    batch = [
+        (np.zeros((3, 8, 8), np.float32), np.ones((n, 5), np.float32), (8, 8), i)
+        for i, n in enumerate((0, 2, 7))
+    ]
     imgs, targets, _info, ids = PadCollate(max_labels=5)(batch)
     assert imgs.shape == (3, 3, 8, 8) and targets.shape == (3, 5, 5)
     assert (targets.sum(-1) > 0).sum(1).tolist() == [0, 2, 5] and ids == [0, 1, 2]
@@ -132,6 +140,8 @@ def test_eval_loader_shards_without_duplicates(tiny_shapes_coco, monkeypatch):
 
 @pytest.mark.parametrize("no_aug", [True, False])
 def test_no_aug_loader_starts_without_mosaic(tiny_shapes_coco, no_aug):
-    loader = _exp(tiny_shapes_coco, workers=0).get_data_loader(batch_size=2, is_distributed=False, no_aug=no_aug)
+    loader = _exp(tiny_shapes_coco, workers=0).get_data_loader(
+        batch_size=2, is_distributed=False, no_aug=no_aug
+    )
     _, _, info, _ = next(iter(loader))
     assert info == ([(128, 128)] * 2 if no_aug else [(96, 96)] * 2)

@@ -1,4 +1,6 @@
-"""LRScheduler: the YOLOX schedule's shape, its boundaries, and that it is a pure function of the iteration."""
+"""LRScheduler: the YOLOX schedule's shape, its boundaries, and that it is a pure function of the
+iteration."""
+
 import math
 from itertools import pairwise
 
@@ -10,7 +12,12 @@ LR, IPE, EPOCHS, WARM, NO_AUG, MIN_RATIO, START = 0.04, 10, 20, 2, 3, 0.05, 0.00
 
 
 def yolox_sched(**kw):
-    args = {"warmup_epochs": WARM, "warmup_lr_start": START, "no_aug_epochs": NO_AUG, "min_lr_ratio": MIN_RATIO}
+    args = {
+        "warmup_epochs": WARM,
+        "warmup_lr_start": START,
+        "no_aug_epochs": NO_AUG,
+        "min_lr_ratio": MIN_RATIO,
+    }
     args.update(kw)
     return LRScheduler("yoloxwarmcos", LR, IPE, EPOCHS, **args)
 
@@ -35,7 +42,7 @@ def test_cosine_reaches_min_lr_where_no_aug_epochs_begin_and_stays_there():
 def test_schedule_is_continuous_and_decreasing_after_warmup():
     s = yolox_sched()
     values = [s.update_lr(i) for i in range(EPOCHS * IPE)]
-    after = values[WARM * IPE:]
+    after = values[WARM * IPE :]
     assert all(b <= a + 1e-12 for a, b in pairwise(after))
     # no jump bigger than the steepest cosine step anywhere, warmup boundary included
     max_step = max(abs(b - a) for a, b in pairwise(values))

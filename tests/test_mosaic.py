@@ -1,4 +1,5 @@
 """MosaicDetection: boxes follow pixels through mosaic + affine, never degenerate, deterministic."""
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,7 +11,9 @@ from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.mosaic import MosaicDetection, mosaic_placement
 
 # distinct, saturated colours (no greys: the canvas padding is 114 grey)
-COLOURS = [(b, g, r) for b in (0, 128, 255) for g in (0, 128, 255) for r in (0, 128, 255) if len({b, g, r}) > 1]
+COLOURS = [
+    (b, g, r) for b in (0, 128, 255) for g in (0, 128, 255) for r in (0, 128, 255) if len({b, g, r}) > 1
+]
 
 
 class Rects:
@@ -47,8 +50,14 @@ def _to_hwc(img):
 def test_mosaic_boxes_land_on_their_pixels(seed, rotate):
     ds = Rects()
     mosaic = MosaicDetection(
-        ds, (128, 128), preproc=TrainTransform(flip_prob=0.5, hsv_prob=0.0), degrees=10 * rotate, translate=0.1,
-        mosaic_scale=(0.5, 0.7), shear=2 * rotate, enable_mixup=False,
+        ds,
+        (128, 128),
+        preproc=TrainTransform(flip_prob=0.5, hsv_prob=0.0),
+        degrees=10 * rotate,
+        translate=0.1,
+        mosaic_scale=(0.5, 0.7),
+        shear=2 * rotate,
+        enable_mixup=False,
     )
     img, targets, info, _ = mosaic[(True, seed % len(ds), (0, seed))]
     assert img.shape == (3, 128, 128) and info == (128, 128)
@@ -71,7 +80,9 @@ def test_mosaic_boxes_land_on_their_pixels(seed, rotate):
 
 def test_mosaic_placement_tiles_touch_the_centre():
     for k, corner in enumerate([(50, 40), (50, 40), (50, 40), (50, 40)]):
-        (bx1, by1, bx2, by2), (sx1, sy1, sx2, sy2) = mosaic_placement(k, *corner, w=64, h=64, input_h=64, input_w=64)
+        (bx1, by1, bx2, by2), (sx1, sy1, sx2, sy2) = mosaic_placement(
+            k, *corner, w=64, h=64, input_h=64, input_w=64
+        )
         assert (bx2 - bx1, by2 - by1) == (sx2 - sx1, sy2 - sy1)  # canvas window == tile window
         assert (bx2 if k in (0, 2) else bx1) == 50 and (by2 if k in (0, 1) else by1) == 40
 
@@ -91,7 +102,12 @@ def test_no_output_box_is_tiny_nan_or_outside(shapes_mosaic):
         assert (targets[:, 3] > 2).all() and (targets[:, 4] > 2).all()
         x1, y1 = targets[:, 1] - targets[:, 3] / 2, targets[:, 2] - targets[:, 4] / 2
         x2, y2 = targets[:, 1] + targets[:, 3] / 2, targets[:, 2] + targets[:, 4] / 2
-        assert (x1 >= -1e-3).all() and (y1 >= -1e-3).all() and (x2 <= 96 + 1e-3).all() and (y2 <= 96 + 1e-3).all()
+        assert (
+            (x1 >= -1e-3).all()
+            and (y1 >= -1e-3).all()
+            and (x2 <= 96 + 1e-3).all()
+            and (y2 <= 96 + 1e-3).all()
+        )
         total += len(targets)
     assert total > 40  # the check ran over real boxes
 
@@ -109,8 +125,14 @@ def test_same_item_same_sample_and_mosaic_flag_respected(shapes_mosaic):
 def test_mixup_adds_boxes_of_a_second_image(tiny_shapes_coco):
     cfg = load_dataset_config(tiny_shapes_coco["config"])
     ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=(96, 96))
-    kwargs = {"mosaic_scale": (1, 1), "degrees": 0, "shear": 0, "translate": 0, "mixup_scale": (1, 1),
-                  "preproc": TrainTransform(flip_prob=0, hsv_prob=0)}
+    kwargs = {
+        "mosaic_scale": (1, 1),
+        "degrees": 0,
+        "shear": 0,
+        "translate": 0,
+        "mixup_scale": (1, 1),
+        "preproc": TrainTransform(flip_prob=0, hsv_prob=0),
+    }
     plain = MosaicDetection(ds, (96, 96), enable_mixup=False, **kwargs)
     mixed = MosaicDetection(ds, (96, 96), enable_mixup=True, mixup_prob=1.0, **kwargs)
     more = sum(len(mixed[(True, i, (0, i))][1]) > len(plain[(True, i, (0, i))][1]) for i in range(8))

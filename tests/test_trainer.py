@@ -1,5 +1,6 @@
 """Trainer end to end on a tiny synthetic set: it learns, evaluates, checkpoints, resumes exactly, and
 stops safely on signals, non-finite losses and broken checkpoints."""
+
 import importlib.util
 import os
 import re
@@ -13,15 +14,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from yolox_fast.core.trainer import Trainer, resolve_amp_dtype, run_training
+from yolox_fast.core.trainer import Trainer, run_training
 from yolox_fast.exp import get_exp
-from yolox_fast.utils.checkpoint import load_checkpoint, save_checkpoint
+from yolox_fast.utils import amp
+from yolox_fast.utils.checkpoint import load_checkpoint, resume_checkpoint_path, save_checkpoint
 from yolox_fast.utils.lr_scheduler import LRScheduler
 
 REPO = Path(__file__).resolve().parents[1]
 EXP_FILE = str(REPO / "exps" / "example" / "shapes_nano.py")
 LOG_LINE = re.compile(
-    r"epoch: (\d+)/(\d+), iter: (\d+)/(\d+), .*total_loss: ([\d.naninf]+),.*l1_loss: ([\d.naninf]+),.* lr: ([\d.e+-]+), size"
+    r"epoch: (\d+)/(\d+), iter: (\d+)/(\d+), .*total_loss: ([\d.naninf]+),"
+    r".*l1_loss: ([\d.naninf]+),.* lr: ([\d.e+-]+), size"
 )
 
 
@@ -35,8 +38,15 @@ def load_train_tool():
 @contextmanager
 def running(cmd, **kwargs):
     """Popen in its own session; whatever is left of it (workers included) is killed on the way out."""
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kwargs)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
     try:
         yield proc
     finally:
@@ -48,9 +58,18 @@ def running(cmd, **kwargs):
 def tiny_opts(description: str, out: Path, **overrides) -> list:
     """exp overrides for a seconds-long run at 64 px on the tiny set."""
     opts = {
-        "dataset": description, "output_dir": str(out), "input_size": "(64,64)", "test_size": "(64,64)",
-        "random_size": "(2,2)", "data_num_workers": 0, "max_epoch": 2, "no_aug_epochs": 1,
-        "warmup_epochs": 1, "eval_interval": 1, "print_interval": 1, "basic_lr_per_img": 0.002,
+        "dataset": description,
+        "output_dir": str(out),
+        "input_size": "(64,64)",
+        "test_size": "(64,64)",
+        "random_size": "(2,2)",
+        "data_num_workers": 0,
+        "max_epoch": 2,
+        "no_aug_epochs": 1,
+        "warmup_epochs": 1,
+        "eval_interval": 1,
+        "print_interval": 1,
+        "basic_lr_per_img": 0.002,
         "seed": 0,
     }
     opts.update(overrides)
@@ -58,7 +77,9 @@ def tiny_opts(description: str, out: Path, **overrides) -> list:
 
 
 def train_args(description: str, out: Path, *flags, **overrides):
-    return load_train_tool().parse_args(["-f", EXP_FILE, "-expn", "run", "-b", "4", *flags, *tiny_opts(description, out, **overrides)])
+    return load_train_tool().parse_args(
+        ["-f", EXP_FILE, "-expn", "run", "-b", "4", *flags, *tiny_opts(description, out, **overrides)]
+    )
 
 
 def logged_iterations(log: Path):
@@ -93,8 +114,18 @@ def test_short_run_learns_evaluates_every_epoch_and_checkpoints(tiny_shapes_coco
         assert (run / f"{name}_ckpt.pth").is_file(), name
     assert (run / "demo.jpg").is_file()
     ckpt = load_checkpoint(run / "latest_ckpt.pth")
-    assert {"model", "raw_model", "ema", "optimizer", "scaler", "start_epoch", "iter", "best_ap",
-            "class_names", "exp"} <= set(ckpt)
+    assert {
+        "model",
+        "raw_model",
+        "ema",
+        "optimizer",
+        "scaler",
+        "start_epoch",
+        "iter",
+        "best_ap",
+        "class_names",
+        "exp",
+    } <= set(ckpt)
     assert ckpt["start_epoch"] == 4 and ckpt["iter"] == 0
     assert ckpt["ema"]["updates"] == len(steps)
     assert ckpt["class_names"][:2] == ["circle", "square"]
@@ -106,8 +137,19 @@ def test_short_run_learns_evaluates_every_epoch_and_checkpoints(tiny_shapes_coco
 @pytest.mark.slow
 def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coco, tmp_path):
     opts = tiny_opts(tiny_shapes_coco["config"], tmp_path, max_epoch=3, eval_interval=10)
-    cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-f", EXP_FILE, "-expn", "run", "-b", "2",
-           "--logger", "none", *opts]
+    cmd = [
+        sys.executable,
+        str(REPO / "tools" / "train.py"),
+        "-f",
+        EXP_FILE,
+        "-expn",
+        "run",
+        "-b",
+        "2",
+        "--logger",
+        "none",
+        *opts,
+    ]
     log = tmp_path / "run" / "train_log.txt"
     with running(cmd) as proc:
         deadline = time.time() + 120
@@ -122,23 +164,34 @@ def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coc
     per_epoch = iters_per_epoch(log)
     assert ckpt["start_epoch"] == 1 and 0 < ckpt["iter"] < per_epoch  # saved mid-epoch 2 (0-based 1)
 
-    resumed = subprocess.run(cmd[:2] + ["--resume"] + cmd[2:], cwd=REPO, capture_output=True, text=True, timeout=300,
-                             check=False)
+    resumed = subprocess.run(
+        cmd[:2] + ["--resume"] + cmd[2:], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     steps = logged_iterations(log)
     positions = [(e, i) for e, i, _, _ in steps]
-    assert sorted(positions) == [(e, i) for e in (1, 2, 3) for i in range(1, per_epoch + 1)]  # none lost or repeated
+    assert sorted(positions) == [
+        (e, i) for e in (1, 2, 3) for i in range(1, per_epoch + 1)
+    ]  # none lost or repeated
     final = load_checkpoint(tmp_path / "run" / "latest_ckpt.pth")
     assert final["start_epoch"] == 3 and final["ema"]["updates"] == 3 * per_epoch
     exp = final["exp"]
-    sched = LRScheduler("yoloxwarmcos", exp["basic_lr_per_img"] * 2, per_epoch, 3, warmup_epochs=1,
-                        warmup_lr_start=0, no_aug_epochs=1, min_lr_ratio=exp["min_lr_ratio"])
+    sched = LRScheduler(
+        "yoloxwarmcos",
+        exp["basic_lr_per_img"] * 2,
+        per_epoch,
+        3,
+        warmup_epochs=1,
+        warmup_lr_start=0,
+        no_aug_epochs=1,
+        min_lr_ratio=exp["min_lr_ratio"],
+    )
     for e, i, _, lr in steps:  # the schedule continues where it stopped
         assert lr == pytest.approx(sched.update_lr((e - 1) * per_epoch + i - 1), rel=2e-3, abs=1e-9)
 
     # and so does the loss curve: weights, optimizer state and batch stream are those of a run
     # that was never interrupted
-    reference = cmd[:cmd.index("-expn") + 1] + ["straight"] + cmd[cmd.index("-expn") + 2:]
+    reference = cmd[: cmd.index("-expn") + 1] + ["straight"] + cmd[cmd.index("-expn") + 2 :]
     assert subprocess.run(reference, cwd=REPO, capture_output=True, timeout=300, check=False).returncode == 0
     straight = {(e, i): loss for e, i, loss, _ in logged_iterations(tmp_path / "straight" / "train_log.txt")}
     for e, i, loss, _ in steps:
@@ -157,15 +210,17 @@ def test_truncated_checkpoint_is_a_clear_error(tmp_path):
         trainer.before_train()
 
 
-def test_fp16_on_cpu_resolves_to_bf16_with_one_warning():
+def test_fp16_on_cpu_resolves_to_bf16_with_one_warning(monkeypatch):
     from loguru import logger
 
+    monkeypatch.setattr(amp, "_warned_cpu_fp16", False)
     seen = []
     sink = logger.add(seen.append, level="WARNING")
     try:
-        assert resolve_amp_dtype(True, False, torch.device("cpu")) is torch.bfloat16
-        assert resolve_amp_dtype(False, True, torch.device("cpu")) is torch.bfloat16
-        assert resolve_amp_dtype(False, False, torch.device("cpu")) is None
+        assert amp.amp_dtype(torch.device("cpu"), fp16=True) is torch.bfloat16
+        assert amp.amp_dtype(torch.device("cpu"), fp16=True) is torch.bfloat16
+        assert amp.amp_dtype(torch.device("cpu"), bf16=True) is torch.bfloat16
+        assert amp.amp_dtype(torch.device("cpu")) is None
     finally:
         logger.remove(sink)
     assert len(seen) == 1 and "bfloat16" in seen[0]
@@ -173,7 +228,9 @@ def test_fp16_on_cpu_resolves_to_bf16_with_one_warning():
 
 @pytest.mark.slow
 def test_fp16_flag_on_cpu_trains_in_bf16(tiny_shapes_coco, tmp_path):
-    args = train_args(tiny_shapes_coco["config"], tmp_path, "--fp16", "--logger", "none", max_epoch=1, no_aug_epochs=0)
+    args = train_args(
+        tiny_shapes_coco["config"], tmp_path, "--fp16", "--logger", "none", max_epoch=1, no_aug_epochs=0
+    )
     run_training(args)
     log = (tmp_path / "run" / "train_log.txt").read_text()
     assert log.count("using bfloat16 autocast instead") == 1
@@ -185,11 +242,15 @@ def test_fp16_flag_on_cpu_trains_in_bf16(tiny_shapes_coco, tmp_path):
 
 @pytest.mark.slow
 def test_ten_non_finite_losses_in_a_row_stop_with_a_checkpoint(tiny_shapes_coco, tmp_path, monkeypatch):
-    args = train_args(tiny_shapes_coco["config"], tmp_path, "--logger", "none", max_epoch=20, eval_interval=100)
+    args = train_args(
+        tiny_shapes_coco["config"], tmp_path, "--logger", "none", max_epoch=20, eval_interval=100
+    )
     exp = get_exp(args.exp_file)
     exp.merge(args.opts)
+
     def nan_batches(inps, targets, size):
         return (inps * float("nan"), targets)
+
     monkeypatch.setattr(exp, "preprocess", nan_batches)
     trainer = Trainer(exp, args)
     with pytest.raises(RuntimeError, match="non-finite for 10 iterations in a row"):
@@ -204,7 +265,9 @@ def test_ten_non_finite_losses_in_a_row_stop_with_a_checkpoint(tiny_shapes_coco,
 
 
 @pytest.mark.slow
-def test_signal_during_eval_saves_the_finished_epoch_not_a_step_to_repeat(tiny_shapes_coco, tmp_path, monkeypatch):
+def test_signal_during_eval_saves_the_finished_epoch_not_a_step_to_repeat(
+    tiny_shapes_coco, tmp_path, monkeypatch
+):
     """Ctrl-C also kills the loader workers, so an eval after the signal fails: the checkpoint must
     still say "epoch 1 done", not "redo the last step of epoch 1"."""
     from yolox_fast.core.trainer import TrainingStopped
@@ -235,6 +298,16 @@ def test_after_a_torchrun_restart_the_newest_checkpoint_wins_over_c(tiny_shapes_
     latest.parent.mkdir(parents=True, exist_ok=True)
     latest.write_bytes(b"")
     (tmp_path / "old.pth").write_bytes(b"")
-    assert trainer._resume_path() == str(tmp_path / "old.pth")  # first start: the user's -c
+
+    def resume_path():
+        return resume_checkpoint_path(
+            trainer.file_name,
+            args.resume,
+            args.ckpt,
+            args.auto_resume,
+            int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        )
+
+    assert resume_path() == str(tmp_path / "old.pth")  # first start: the user's -c
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    assert trainer._resume_path() == str(latest)
+    assert resume_path() == str(latest)

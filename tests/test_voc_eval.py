@@ -1,4 +1,5 @@
 """VOC mAP: the devkit's matching rules on a case small enough to work out by hand."""
+
 import numpy as np
 import pytest
 

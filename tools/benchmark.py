@@ -2,6 +2,7 @@
 
 Each prints its figures and the ratio against a baseline measured in the same run.
 """
+
 import importlib
 import sys
 
@@ -10,9 +11,12 @@ SUITES = ("simota", "data", "demo", "train")
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in SUITES:
-        print(f"usage: python tools/benchmark.py {{{','.join(SUITES)}}} [options]   (-h after a suite for its options)")
+        print(
+            f"usage: python tools/benchmark.py {{{','.join(SUITES)}}} [options]"
+            "   (-h after a suite for its options)"
+        )
         sys.exit(2)
-    suite = importlib.import_module(f"yolox_fast.benchmarks.{sys.argv[1]}")
+    suite = importlib.import_module(f"benchmarks.{sys.argv[1]}")
     suite.main(sys.argv[2:])
 
 

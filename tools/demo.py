@@ -1,9 +1,10 @@
 """Detect objects in images, a video or a webcam stream, B images/frames per forward.
 
-    python tools/demo.py image -n yolox-s -c yolox_s.pth --path assets/ --save_result -b 8
-    python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --save_result
-    python tools/demo.py webcam -n yolox-nano -c yolox_nano.pth --camid 0
+python tools/demo.py image -n yolox-s -c yolox_s.pth --path assets/ --save_result -b 8
+python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --save_result
+python tools/demo.py webcam -n yolox-nano -c yolox_nano.pth --camid 0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,22 +14,23 @@ from pathlib import Path
 import torch
 from loguru import logger
 
+from yolox_fast.core.cli import add_exp_arguments, build_exp
 from yolox_fast.core.demo import run_on_images, run_on_stream, timestamped_dir
-from yolox_fast.core.predictor import Predictor, load_inference_model
-from yolox_fast.data.build import dataset_config
-from yolox_fast.exp import get_exp
+from yolox_fast.data.build import prepare_dataset
+from yolox_fast.inference import Predictor, load_inference_model
+from yolox_fast.utils.amp import amp_dtype
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast demo")
     p.add_argument("demo", choices=("image", "video", "webcam"), help="input kind")
-    p.add_argument("-expn", "--experiment-name", type=str, default=None)
-    p.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
-    p.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
-    p.add_argument("-c", "--ckpt", type=str, default=None,
-                   help="checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists")
+    add_exp_arguments(
+        p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists"
+    )
     p.add_argument(
-        "--path", type=str, default=None,
+        "--path",
+        type=str,
+        default=None,
         help="image file or folder (searched recursively), or video file; default: the exp's val images",
     )
     p.add_argument("--camid", type=int, default=0, help="webcam id")
@@ -40,7 +42,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp16", action="store_true", help="half precision: fp16 on GPU, bf16 on CPU")
     p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
     p.add_argument(
-        "--channels-last", action="store_true",
+        "--channels-last",
+        action="store_true",
         help="NHWC memory format: faster (about 1.3x for nano on CPU); boxes then vary with the batch "
         "size by fp32 rounding",
     )
@@ -72,7 +75,7 @@ def _is_number(text: str) -> bool:
 
 def default_image_dir(exp) -> str:
     """The validation images of the exp's dataset (the synthetic shapes set is generated if missing)."""
-    cfg = dataset_config(exp)
+    cfg = prepare_dataset(exp)
     if cfg["format"] != "coco":
         raise SystemExit("give --path: the default sample is the validation folder of a COCO-format dataset")
     return str(Path(cfg["root"]) / cfg["val"]["images"])
@@ -80,12 +83,7 @@ def default_image_dir(exp) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    exp = get_exp(args.exp_file, args.name)
-    exp.merge(args.opts)
-    if args.experiment_name:
-        exp.exp_name = args.experiment_name
-    if args.tsize is not None:
-        exp.test_size = (args.tsize, args.tsize)
+    exp = build_exp(args)
     if args.legacy:
         logger.info("--legacy has no effect: yolox_fast inputs are always BGR 0-255 without normalisation")
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -98,15 +96,26 @@ def main(argv=None) -> None:
         ckpt = trained if os.path.isfile(trained) else None
     model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
     predictor = Predictor(
-        model, exp.num_classes, exp.test_size, args.conf, args.nms, device,
-        half=args.fp16, channels_last=args.channels_last,
+        model,
+        exp.num_classes,
+        exp.test_size,
+        args.conf,
+        args.nms,
+        device,
+        amp_dtype=amp_dtype(device, fp16=args.fp16),
+        channels_last=args.channels_last,
     )
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
 
     if args.demo == "image":
         run_on_images(
-            predictor, args.path or default_image_dir(exp), args.batch_size, class_names,
-            out_dir=out_dir, save_images=args.save_result, save_json=args.save_json,
+            predictor,
+            args.path or default_image_dir(exp),
+            args.batch_size,
+            class_names,
+            out_dir=out_dir,
+            save_images=args.save_result,
+            save_json=args.save_json,
         )
     else:
         if args.demo == "video" and args.path is None:
@@ -114,8 +123,14 @@ def main(argv=None) -> None:
         source = args.camid if args.demo == "webcam" else args.path
         name = f"camera{args.camid}.mp4" if args.demo == "webcam" else Path(args.path).stem + ".mp4"
         run_on_stream(
-            predictor, source, args.batch_size, class_names, out_path=out_dir / name,
-            save_video=args.save_result, save_json=args.save_json, show=args.demo == "webcam",
+            predictor,
+            source,
+            args.batch_size,
+            class_names,
+            out_path=out_dir / name,
+            save_video=args.save_result,
+            save_json=args.save_json,
+            show=args.demo == "webcam",
         )
 
 

@@ -1,10 +1,11 @@
 """Evaluate a checkpoint on the exp's validation split (COCO AP or VOC mAP, by the dataset's format).
 
-    python tools/eval.py -n yolox-s -c yolox_s.pth -b 64 --conf 0.001 --fuse
-    python tools/eval.py -f exps/yolox_nano.py -b 8 -d 2                       # 2 processes
-    torchrun --nproc_per_node 8 tools/eval.py -n yolox-m -c yolox_m.pth -b 64    # under torchrun
-    python tools/eval.py -n yolox-s -c yolox_s.pth --speed                     # timing only
+python tools/eval.py -n yolox-s -c yolox_s.pth -b 64 --conf 0.001 --fuse
+python tools/eval.py -f exps/yolox_nano.py -b 8 -d 2                       # 2 processes
+torchrun --nproc_per_node 8 tools/eval.py -n yolox-m -c yolox_m.pth -b 64    # under torchrun
+python tools/eval.py -n yolox-s -c yolox_s.pth --speed                     # timing only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,20 +15,18 @@ import random
 import torch
 from loguru import logger
 
+from yolox_fast.core.cli import add_exp_arguments, build_exp
 from yolox_fast.core.launch import launch
-from yolox_fast.core.predictor import load_inference_model
-from yolox_fast.exp import get_exp
+from yolox_fast.inference import load_inference_model
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.logger import setup_logger
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast eval")
-    p.add_argument("-expn", "--experiment-name", type=str, default=None)
-    p.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
-    p.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
-    p.add_argument("-c", "--ckpt", type=str, default=None,
-                   help="default: <output_dir>/<exp_name>/best_ckpt.pth")
+    add_exp_arguments(
+        p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth"
+    )
     p.add_argument("-b", "--batch-size", type=int, default=64, help="total batch size over all processes")
     p.add_argument("-d", "--devices", type=int, default=1, help="processes to start (GPUs, or CPU workers)")
     p.add_argument("--dist-backend", type=str, default=None, help="default: nccl on CUDA, gloo on CPU")
@@ -42,7 +41,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
     p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
     p.add_argument(
-        "--test", action="store_true",
+        "--test",
+        action="store_true",
         help="COCO test-dev: write the result json for the server instead of scoring (the exp's dataset "
         "description must name the test-dev images and image-info json as its val split)",
     )
@@ -53,7 +53,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def evaluate(args) -> tuple:
     """Run in every process of the job; returns (ap50_95, ap50, summary) (the same on every rank)."""
-    exp = build_exp(args)
+    exp = build_eval_exp(args)
     rank = dist_utils.get_rank()
     world = dist_utils.get_world_size()
     save_dir = os.path.join(exp.output_dir, exp.exp_name)
@@ -71,9 +71,12 @@ def evaluate(args) -> tuple:
     if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
         ckpt = None  # timing does not need trained weights (load_inference_model warns)
     model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
-    logger.info(f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
-                f"{world} process(es), batch {args.batch_size // world} per process, device {device}")
+    logger.info(
+        f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
+        f"{world} process(es), batch {args.batch_size // world} per process, device {device}"
+    )
 
+    exp.prepare_dataset()
     evaluator = exp.get_evaluator(args.batch_size // world, world > 1)
     if args.test:
         if not hasattr(evaluator, "testdev"):
@@ -88,24 +91,19 @@ def evaluate(args) -> tuple:
     return ap50_95, ap50, summary
 
 
-def build_exp(args):
+def build_eval_exp(args):
     """The exp of -f/-n with the trailing overrides and the command-line thresholds applied."""
-    exp = get_exp(args.exp_file, args.name)
-    exp.merge(args.opts)
-    if args.experiment_name:
-        exp.exp_name = args.experiment_name
+    exp = build_exp(args)
     if args.conf is not None:
         exp.test_conf = args.conf
     if args.nms is not None:
         exp.nmsthre = args.nms
-    if args.tsize is not None:
-        exp.test_size = (args.tsize, args.tsize)
     return exp
 
 
 def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
-    build_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every process
+    build_eval_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every process
     # each process rebuilds the exp: an exp class loaded from a file does not pickle into spawned workers
     launch(
         evaluate,
@@ -116,6 +114,7 @@ def main(argv=None) -> None:
         dist_url=args.dist_url,
         args=(args,),
     )
+
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,9 @@
 """Export a YOLOX checkpoint to ONNX, then check the ONNX output against PyTorch with onnxruntime.
 
-    python tools/export_onnx.py -n yolox-s -c yolox_s.pth --output-name yolox_s.onnx
-    python tools/export_onnx.py -f exps/yolox_nano.py -c best_ckpt.pth --dynamic --decode-in-inference
+python tools/export_onnx.py -n yolox-s -c yolox_s.pth --output-name yolox_s.onnx
+python tools/export_onnx.py -f exps/yolox_nano.py -c best_ckpt.pth --dynamic --decode-in-inference
 """
+
 from __future__ import annotations
 
 import argparse
@@ -10,9 +11,9 @@ import argparse
 import torch
 from loguru import logger
 
+from yolox_fast.core.cli import add_exp_arguments, build_exp
 from yolox_fast.core.export import compare_with_onnxruntime, export_onnx
-from yolox_fast.core.predictor import load_inference_model
-from yolox_fast.exp import get_exp
+from yolox_fast.inference import load_inference_model
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -22,13 +23,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=1, help="batch size of the static graph")
     p.add_argument("--dynamic", action="store_true", help="symbolic batch dimension")
     p.add_argument(
-        "--decode-in-inference", action="store_true",
+        "--decode-in-inference",
+        action="store_true",
         help="decode boxes to pixels inside the graph (default: raw head outputs, decoded by the caller)",
     )
-    p.add_argument("-expn", "--experiment-name", type=str, default=None)
-    p.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
-    p.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
-    p.add_argument("-c", "--ckpt", type=str, default=None, help="checkpoint (ours or official YOLOX)")
+    add_exp_arguments(p, "checkpoint (ours or official YOLOX)")
     p.add_argument("--tsize", type=int, default=None, help="square input size (default: exp.test_size)")
     p.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
     p.add_argument("opts", nargs=argparse.REMAINDER, help="exp overrides: KEY VALUE ...")
@@ -37,16 +36,16 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
-    exp = get_exp(args.exp_file, args.name)
-    exp.merge(args.opts)
-    if args.experiment_name:
-        exp.exp_name = args.experiment_name
-    if args.tsize is not None:
-        exp.test_size = (args.tsize, args.tsize)
+    exp = build_exp(args)
 
     model, _ = load_inference_model(exp, args.ckpt, "cpu")
     export_onnx(
-        model, args.output_name, exp.test_size, args.batch_size, args.dynamic, args.opset,
+        model,
+        args.output_name,
+        exp.test_size,
+        args.batch_size,
+        args.dynamic,
+        args.opset,
         args.decode_in_inference,
     )
     if args.no_check:

@@ -3,46 +3,78 @@
 One machine, K processes: `-d K` (or `torchrun --nproc_per_node K tools/train.py ...`); many machines:
 torchrun, or YOLOX's --num_machines/--machine_rank/--dist-url. See README "Training on many machines".
 """
+
 import argparse
 
 import torch
 from loguru import logger
 
+from yolox_fast.core.cli import add_exp_arguments, build_exp
 from yolox_fast.core.launch import launch
 from yolox_fast.core.trainer import run_training
-from yolox_fast.exp import get_exp
 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser("YOLOX train")
-    parser.add_argument("-expn", "--experiment-name", type=str, default=None,
-                        help="output sub-folder (default: the exp's exp_name)")
-    parser.add_argument("-n", "--name", type=str, default=None, help="model name, e.g. yolox-s")
-    parser.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
-    parser.add_argument("-b", "--batch-size", type=int, default=None,
-                        help="total batch size over all processes (default: the exp's batch_size, 64 in YOLOX recipes)")
-    parser.add_argument("-d", "--devices", type=int, default=None,
-                        help="processes on this machine (default: all GPUs, or 1 on CPU)")
-    parser.add_argument("--dist-backend", type=str, default=None, help="nccl or gloo (default: nccl on CUDA, else gloo)")
-    parser.add_argument("--dist-url", type=str, default=None,
-                        help="tcp://HOST:PORT of machine 0 for --num_machines > 1 (default: a free local port)")
+    add_exp_arguments(parser, "checkpoint: resumed with --resume, otherwise its weights start a fine-tuning")
+    parser.add_argument(
+        "-b",
+        "--batch-size",
+        type=int,
+        default=None,
+        help="total batch size over all processes (default: the exp's batch_size, 64 in YOLOX recipes)",
+    )
+    parser.add_argument(
+        "-d",
+        "--devices",
+        type=int,
+        default=None,
+        help="processes on this machine (default: all GPUs, or 1 on CPU)",
+    )
+    parser.add_argument(
+        "--dist-backend", type=str, default=None, help="nccl or gloo (default: nccl on CUDA, else gloo)"
+    )
+    parser.add_argument(
+        "--dist-url",
+        type=str,
+        default=None,
+        help="tcp://HOST:PORT of machine 0 for --num_machines > 1 (default: a free local port)",
+    )
     parser.add_argument("--num_machines", type=int, default=1, help="number of machines (YOLOX style)")
     parser.add_argument("--machine_rank", type=int, default=0, help="rank of this machine (YOLOX style)")
     parser.add_argument("--resume", action="store_true", help="continue from latest_ckpt.pth (or -c)")
-    parser.add_argument("--auto-resume", action="store_true",
-                        help="continue from latest_ckpt.pth if it exists (always on after a torchrun restart)")
-    parser.add_argument("-c", "--ckpt", type=str, default=None,
-                        help="checkpoint: resumed with --resume, otherwise its weights start a fine-tuning")
+    parser.add_argument(
+        "--auto-resume",
+        action="store_true",
+        help="continue from latest_ckpt.pth if it exists (always on after a torchrun restart)",
+    )
     parser.add_argument("-e", "--start_epoch", type=int, default=None, help="epoch to resume at (1-based)")
     amp = parser.add_mutually_exclusive_group()
     amp.add_argument("--fp16", action="store_true", help="fp16 autocast + loss scaling (bf16 on CPU)")
     amp.add_argument("--bf16", action="store_true", help="bf16 autocast")
-    parser.add_argument("--cache", type=str, nargs="?", const="ram", default=None, choices=["ram", "disk"],
-                        help="cache letterboxed images: ram (shared memory; the default of a bare --cache) or disk")
-    parser.add_argument("-o", "--occupy", action="store_true",
-                        help="accepted for YOLOX compatibility; PyTorch's caching allocator makes it unnecessary")
-    parser.add_argument("-l", "--logger", type=str, default="tensorboard", choices=["tensorboard", "none"],
-                        help="tensorboard writes scalars and batch images under the output folder")
+    parser.add_argument(
+        "--cache",
+        type=str,
+        nargs="?",
+        const="ram",
+        default=None,
+        choices=["ram", "disk"],
+        help="cache letterboxed images: ram (shared memory; the default of a bare --cache) or disk",
+    )
+    parser.add_argument(
+        "-o",
+        "--occupy",
+        action="store_true",
+        help="accepted for YOLOX compatibility; PyTorch's caching allocator makes it unnecessary",
+    )
+    parser.add_argument(
+        "-l",
+        "--logger",
+        type=str,
+        default="tensorboard",
+        choices=["tensorboard", "none"],
+        help="tensorboard writes scalars and batch images under the output folder",
+    )
     parser.add_argument("opts", nargs=argparse.REMAINDER, default=[], help="exp overrides: KEY VALUE ...")
     return parser
 
@@ -50,8 +82,7 @@ def make_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     """Parsed flags with the exp-dependent defaults (batch size, experiment name) filled in."""
     args = make_parser().parse_args(argv)
-    exp = get_exp(args.exp_file, args.name)
-    exp.merge(args.opts)  # fail here, once, on a bad override rather than in every worker
+    exp = build_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every worker
     if args.batch_size is None:
         args.batch_size = exp.batch_size
     if args.experiment_name is None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import colorsys
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -24,17 +22,15 @@ import numpy as np
 import torch
 from loguru import logger
 
-from yolox_fast.exp import get_exp
-from yolox_fast.models import losses
+from yolox_fast.core.cli import add_exp_arguments, build_exp
+from yolox_fast.models.losses import yolox_loss
 from yolox_fast.models.simota import SimOTAResult, simota_assign
 from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, model_state_dict
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast SimOTA assignment visualiser")
-    p.add_argument("-f", "--exp_file", default=None, help="experiment file")
-    p.add_argument("-n", "--name", default=None, help="model name, e.g. yolox-s")
-    p.add_argument("-c", "--ckpt", default=None, help="checkpoint (ours or official YOLOX)")
+    add_exp_arguments(p, "checkpoint (ours or official YOLOX); without it the weights are random")
     p.add_argument("-b", "--batch-size", type=int, default=4, help="images to draw")
     p.add_argument("-o", "--output-dir", default="assign_vis", help="where the PNGs go")
     p.add_argument("--no-aug", action="store_true", help="plain letterboxed images instead of mosaic")
@@ -52,30 +48,29 @@ def gt_color(index: int) -> tuple:
     return int(255 * b), int(255 * g), int(255 * r)
 
 
-@contextlib.contextmanager
-def capture_loss_inputs() -> Iterator[dict[str, object]]:
-    """Record the arguments the head passes to `yolox_loss` (the head looks it up at call time)."""
-    captured: dict[str, object] = {}
-    real = losses.yolox_loss
+def recording_loss(captured: dict[str, object]):
+    """A head `loss_fn` that records its arguments in `captured`, then computes the YOLOX loss."""
+    names = ("pred_boxes", "obj_logits", "cls_logits", "raw_reg", "grids", "strides", "labels")
 
-    def recording(*args, **kwargs):
-        names = ("pred_boxes", "obj_logits", "cls_logits", "raw_reg", "grids", "strides", "labels")
+    def loss_fn(*args, **kwargs):
         captured.update(zip(names, args))
         captured.update(kwargs)
-        return real(*args, **kwargs)
+        return yolox_loss(*args, **kwargs)
 
-    losses.yolox_loss = recording
-    try:
-        yield captured
-    finally:
-        losses.yolox_loss = real
+    return loss_fn
 
 
 def assign_batch(model: torch.nn.Module, imgs: torch.Tensor, targets: torch.Tensor):
     """Run the model in train mode on the batch; return the captured loss inputs and their assignment."""
+    seen: dict[str, object] = {}
+    head = model.head
+    head.loss_fn, real = recording_loss(seen), head.loss_fn
     model.train()
-    with torch.no_grad(), capture_loss_inputs() as seen:
-        model(imgs, targets)
+    try:
+        with torch.no_grad():
+            model(imgs, targets)
+    finally:
+        head.loss_fn = real
     anchor_points = (seen["grids"] + 0.5) * seen["strides"][:, None]
     labels = seen["labels"]
     result = simota_assign(
@@ -167,13 +162,13 @@ def save_images(
 
 def main(argv=None) -> None:
     args = make_parser().parse_args(argv)
-    exp = get_exp(args.exp_file, args.name)
-    exp.merge(args.opts)
+    exp = build_exp(args)
     device = torch.device("cuda" if args.device == "gpu" else "cpu")
     model = exp.get_model().to(device)
     if args.ckpt:
         skipped = load_model_weights(model, model_state_dict(load_checkpoint(args.ckpt)))
         logger.info(f"loaded {args.ckpt}" + (f" ({len(skipped)} tensors skipped)" if skipped else ""))
+    exp.prepare_dataset()
     loader = exp.get_data_loader(args.batch_size, is_distributed=False, no_aug=args.no_aug)
     imgs, targets, _, _ = next(iter(loader))
     imgs, targets = imgs.to(device), targets.to(device)

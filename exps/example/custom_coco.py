@@ -9,6 +9,7 @@ Class names come from the annotation files' categories. Train with
     python tools/train.py -f exps/example/custom_coco.py -b 16 --fp16 -c yolox_s.pth
 (-c with official YOLOX-S weights fine-tunes: the class layer, sized for 80 classes, is skipped and listed).
 """
+
 from yolox_fast.exp import Exp as BaseExp
 
 

@@ -11,6 +11,7 @@ images: from scratch, batch 16 sometimes sat on a loss plateau for two of the tw
 a smaller input, half the batches without mosaic, no rotation/shear/mixup (the shapes are already
 rotated), and a final learning rate of a tenth of the peak.
 """
+
 from yolox_fast.exp import Exp as BaseExp
 
 

@@ -1,22 +1,24 @@
 """The demo's loops: images from a folder or frames from a video/webcam, B at a time through a Predictor."""
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any
 
 import cv2
 import numpy as np
 from loguru import logger
 
-from yolox_fast.core.predictor import Predictor
+from yolox_fast.inference import Predictor
 from yolox_fast.utils.visualize import draw_detections
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
-def list_images(path: str) -> List[Path]:
+def list_images(path: str) -> list[Path]:
     """`path` itself if a file, else every image under it (recursively, sorted)."""
     p = Path(path)
     if p.is_file():
@@ -26,7 +28,7 @@ def list_images(path: str) -> List[Path]:
     return sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS)
 
 
-def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> List[Dict[str, Any]]:
+def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> list[dict[str, Any]]:
     """(K, 6) detections -> [{"bbox": [x1, y1, x2, y2], "score", "class_id", "class_name"}] (original px)."""
     return [
         {
@@ -39,10 +41,10 @@ def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> List[
     ]
 
 
-def _read_batches(paths: Sequence[Path], batch_size: int) -> Iterator[Tuple[List[Path], List[np.ndarray]]]:
+def _read_batches(paths: Sequence[Path], batch_size: int) -> Iterator[tuple[list[Path], list[np.ndarray]]]:
     """Batches of up to `batch_size` decoded images; an unreadable file is reported and left out."""
-    names: List[Path] = []
-    images: List[np.ndarray] = []
+    names: list[Path] = []
+    images: list[np.ndarray] = []
     for path in paths:
         img = cv2.imread(str(path))
         if img is None:
@@ -62,10 +64,10 @@ def run_on_images(
     path: str,
     batch_size: int,
     class_names: Sequence[str],
-    out_dir: Optional[Path] = None,
+    out_dir: Path | None = None,
     save_images: bool = False,
     save_json: bool = False,
-) -> Dict[str, np.ndarray]:
+) -> dict[str, np.ndarray]:
     """Detect on every image at `path` (file or folder), `batch_size` images per forward.
 
     Returns {path relative to `path`: (K, 6) detections}. `save_images`: annotated copies under
@@ -78,7 +80,7 @@ def run_on_images(
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTS)}) under {path}")
     base = Path(path) if Path(path).is_dir() else Path(path).parent
-    results: Dict[str, np.ndarray] = {}
+    results: dict[str, np.ndarray] = {}
     start = time.perf_counter()
     for names, images in _read_batches(paths, batch_size):
         for name, img, dets in zip(names, images, predictor.predict(images)):
@@ -111,7 +113,7 @@ def run_on_stream(
     source: str | int,
     batch_size: int,
     class_names: Sequence[str],
-    out_path: Optional[Path] = None,
+    out_path: Path | None = None,
     save_video: bool = False,
     save_json: bool = False,
     show: bool = False,
@@ -128,7 +130,7 @@ def run_on_stream(
         raise FileNotFoundError(f"cannot open video source {source!r}")
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     writer = None
-    per_frame: List[List[Dict[str, Any]]] = []
+    per_frame: list[list[dict[str, Any]]] = []
     frames_done = 0
     stop = False
     start = time.perf_counter()
@@ -176,7 +178,7 @@ def run_on_stream(
     return frames_done
 
 
-def _show(frame: np.ndarray) -> Optional[bool]:
+def _show(frame: np.ndarray) -> bool | None:
     """Display `frame`: True to go on, False if this OpenCV has no GUI (said once), None if ESC/q."""
     try:
         cv2.imshow("yolox_fast demo", frame)
@@ -187,7 +189,14 @@ def _show(frame: np.ndarray) -> Optional[bool]:
     return None if key in (27, ord("q")) else True
 
 
+def write_demo_image(predictor: Predictor, image: np.ndarray, class_names: Sequence[str], path: str) -> int:
+    """Draw `predictor`'s detections on one BGR image and write it to `path`; returns how many were drawn."""
+    dets = predictor.predict([image])[0]
+    cv2.imwrite(path, draw_detections(image, dets, class_names))
+    logger.info(f"demo: {len(dets)} detections drawn to {path}")
+    return len(dets)
+
+
 def timestamped_dir(root: str, exp_name: str) -> Path:
     """<root>/<exp_name>/vis_res/<YYYY_MM_DD_HH_MM_SS>, as YOLOX's demo."""
     return Path(root) / exp_name / "vis_res" / time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime())
-

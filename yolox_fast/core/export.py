@@ -1,8 +1,9 @@
 """ONNX export of a YOLOX model and a numerical check of the exported graph against PyTorch."""
+
 from __future__ import annotations
 
 import warnings
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ def export_onnx(
     )
 
 
-def compare_with_onnxruntime(model: nn.Module, path: str, images: torch.Tensor) -> Optional[float]:
+def compare_with_onnxruntime(model: nn.Module, path: str, images: torch.Tensor) -> float | None:
     """Max |ONNX - PyTorch| over the outputs for `images` (B, 3, H, W); None if onnxruntime is missing."""
     try:
         import onnxruntime as ort

@@ -7,6 +7,7 @@ Three ways in, one process group out:
   of M machines started by hand.
 NCCL on CUDA, gloo on CPU, unless a backend is named.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,13 +53,24 @@ def launch(
     if under_torchrun():
         world_size = int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ["LOCAL_RANK"])
-        if num_procs_per_machine > 1 and num_procs_per_machine != int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
+        if num_procs_per_machine > 1 and num_procs_per_machine != int(
+            os.environ.get("LOCAL_WORLD_SIZE", "1")
+        ):
             logger.warning(
                 f"-d {num_procs_per_machine} is ignored under torchrun: "
                 f"it started {os.environ.get('LOCAL_WORLD_SIZE')} processes on this machine"
             )
         rank = int(os.environ["RANK"])
-        _run_in_group(main_func, args, backend, _torchrun_init(world_size, timeout), rank, local_rank, world_size, timeout)
+        _run_in_group(
+            main_func,
+            args,
+            backend,
+            _torchrun_init(world_size, timeout),
+            rank,
+            local_rank,
+            world_size,
+            timeout,
+        )
         return
 
     world_size = num_procs_per_machine * num_machines
@@ -141,7 +153,11 @@ def _torchrun_init(world_size: int, timeout: timedelta):
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or world_size == 1:
         return "env://"
     store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world_size,
+        is_master=False,
+        timeout=timeout,
     )
     return dist.PrefixStore(f"yolox_fast/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 

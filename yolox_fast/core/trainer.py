@@ -1,8 +1,10 @@
-"""Trainer: the YOLOX training loop (native AMP, DDP, EMA, multi-scale, exact resume, signal-safe checkpoints).
+"""Trainer: the YOLOX training loop (native AMP, DDP, EMA, multi-scale, exact resume, signal-safe
+checkpoints).
 
 Reading order: `train` -> `before_train` -> per epoch `before_epoch`, `train_in_epoch` (calls
 `train_one_iter`, the whole step in one straight line) and `after_epoch` -> `after_train`.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -22,8 +24,17 @@ from loguru import logger
 from tabulate import tabulate
 from torch import nn
 
+from yolox_fast.core.demo import write_demo_image
+from yolox_fast.inference import Predictor
 from yolox_fast.utils import dist as dist_utils
-from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, save_checkpoint
+from yolox_fast.utils.amp import amp_dtype, autocast
+from yolox_fast.utils.checkpoint import (
+    load_checkpoint,
+    load_model_weights,
+    restart_count,
+    resume_checkpoint_path,
+    save_checkpoint,
+)
 from yolox_fast.utils.ema import ModelEMA, unwrap_model
 from yolox_fast.utils.logger import setup_logger
 from yolox_fast.utils.metric import MeterBuffer, memory_mb
@@ -49,25 +60,6 @@ class TrainingStopped(Exception):
         self.path = path
 
 
-def resolve_amp_dtype(fp16: bool, bf16: bool, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype for --fp16/--bf16 on `device`; None means full fp32.
-
-    fp16 on CPU is slow or unsupported for convolutions, so it falls back to bf16 with one warning.
-    """
-    if fp16 and bf16:
-        raise ValueError("--fp16 and --bf16 are exclusive: choose one")
-    if bf16:
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise ValueError(f"--bf16: {torch.cuda.get_device_name(device)} has no bfloat16 support; use --fp16")
-        return torch.bfloat16
-    if fp16:
-        if device.type != "cuda":
-            logger.warning("--fp16 on a CPU-only machine: using bfloat16 autocast instead (fp16 is not fast on CPU)")
-            return torch.bfloat16
-        return torch.float16
-    return None
-
-
 @torch.no_grad()
 def sync_bn_stats(model: nn.Module) -> None:
     """Average BatchNorm running mean/var over ranks, so every rank evaluates the same model.
@@ -88,14 +80,11 @@ def sync_bn_stats(model: nn.Module) -> None:
 def bn_buffers(model: nn.Module) -> list[torch.Tensor]:
     """The running statistics of every BatchNorm that tracks them (restored after a skipped step)."""
     return [
-        buf for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        buf
+        for m in model.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
         for buf in (m.running_mean, m.running_var, m.num_batches_tracked)
     ]
-
-
-def restart_count() -> int:
-    """How many times torchrun's elastic agent restarted this job (0 outside torchrun)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def _short(value: Any, width: int = 32) -> str:
@@ -119,13 +108,15 @@ class Trainer:
         self.world_size = dist_utils.get_world_size()
         self.is_distributed = self.world_size > 1
         if args.batch_size % self.world_size:
-            raise ValueError(f"-b {args.batch_size} must be a multiple of the number of processes ({self.world_size})")
+            raise ValueError(
+                f"-b {args.batch_size} must be a multiple of the number of processes ({self.world_size})"
+            )
         self.batch_size = args.batch_size
         self.device = torch.device(f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu")
         self.file_name = os.path.join(exp.output_dir, args.experiment_name)
         setup_logger(self.file_name, distributed_rank=self.rank, filename="train_log.txt", mode="a")
 
-        self.amp_dtype = resolve_amp_dtype(args.fp16, args.bf16, self.device)
+        self.amp_dtype = amp_dtype(self.device, fp16=args.fp16, bf16=args.bf16)
         # loss scaling is only needed for fp16: bf16 has fp32's exponent range
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
 
@@ -182,7 +173,7 @@ class Trainer:
         lr = self._set_lr(self.progress_in_iter)
         self._snapshot_bn_stats()
 
-        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+        with autocast(self.device, self.amp_dtype):
             outputs = self.model(inps, targets)
         loss = outputs["total_loss"]
 
@@ -201,10 +192,14 @@ class Trainer:
         self._finished = (self.epoch, self.iter + 1)
 
         if (self.progress_in_iter + 1) % MULTISCALE_EVERY == 0:
-            self.input_size = tuple(self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed))
+            self.input_size = tuple(
+                self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed)
+            )
         if not skip:
             self.meter.update(
-                iter_time=time.perf_counter() - t0, data_time=data_time, lr=lr,
+                iter_time=time.perf_counter() - t0,
+                data_time=data_time,
+                lr=lr,
                 **{k: outputs[k] for k in LOSS_KEYS if k in outputs},
             )
         self._log_progress()
@@ -220,6 +215,7 @@ class Trainer:
         ckpt = self._load_starting_point(model)
 
         self.no_aug = self.start_epoch >= self.max_epoch - self.exp.no_aug_epochs
+        self.exp.prepare_dataset()
         self.train_loader = self.exp.get_data_loader(
             batch_size=self.batch_size // self.world_size,
             is_distributed=self.is_distributed,
@@ -231,12 +227,17 @@ class Trainer:
         # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
         self.train_loader.skip_to(self.progress_in_iter_at(self.start_epoch, self.start_iter))
         self._finished = (self.start_epoch, self.start_iter)
-        self.prefetcher = iter(self.train_loader)
-        self.lr_scheduler = self.exp.get_lr_scheduler(self.exp.basic_lr_per_img * self.batch_size, self.max_iter)
+        self.batches = iter(self.train_loader)  # endless: the loader restarts itself
+        self.lr_scheduler = self.exp.get_lr_scheduler(
+            self.exp.basic_lr_per_img * self.batch_size, self.max_iter
+        )
         if self.no_aug:
             model.head.use_l1 = True
         if self.exp.grad_checkpoint:
-            self._log_grad_checkpoint_saving(model)
+            logger.info(
+                "activation checkpointing on (`python tools/benchmark.py train --grad-checkpoint` "
+                "measures its memory saving)"
+            )
 
         if self.exp.ema:
             self.ema_model = ModelEMA(model, 0.9998)
@@ -255,7 +256,9 @@ class Trainer:
         # BatchNorm running statistics, copied before each step so a skipped step can put them back
         self._bn_stats = bn_buffers(model)
         self._bn_backup = [b.clone() for b in self._bn_stats]
-        self.evaluator = self.exp.get_evaluator(batch_size=self.batch_size // self.world_size, is_distributed=self.is_distributed)
+        self.evaluator = self.exp.get_evaluator(
+            batch_size=self.batch_size // self.world_size, is_distributed=self.is_distributed
+        )
         if self.rank == 0 and self.args.logger == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
 
@@ -362,26 +365,11 @@ class Trainer:
         epoch, done_in_epoch = self._finished
         return self.save_ckpt("latest", start_epoch=epoch, it=done_in_epoch)
 
-    def _resume_path(self) -> str | None:
-        """Checkpoint to resume from: --resume (given -c or latest), or latest under --auto-resume/torchrun restarts."""
-        latest = os.path.join(self.file_name, "latest_ckpt.pth")
-        if restart_count() > 0 and os.path.isfile(latest):
-            # after a restart the newest position wins over -c/-e, or finished epochs would be redone
-            logger.info(f"torchrun restart {restart_count()}: continuing from {latest}")
-            return latest
-        if self.args.resume:
-            path = self.args.ckpt or latest
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-            return path
-        if (self.args.auto_resume or restart_count() > 0) and os.path.isfile(latest):
-            logger.info(f"auto-resume (restart {restart_count()}): continuing from {latest}")
-            return latest
-        return None
-
     def _load_starting_point(self, model: nn.Module) -> dict[str, Any] | None:
         """Resume (returns the checkpoint for the EMA) or fine-tune from -c (returns None)."""
-        path = self._resume_path()
+        path = resume_checkpoint_path(
+            self.file_name, self.args.resume, self.args.ckpt, self.args.auto_resume, restart_count()
+        )
         if path is None:
             if self.args.ckpt:
                 ckpt = load_checkpoint(self.args.ckpt)
@@ -398,14 +386,18 @@ class Trainer:
             self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
         else:
             self.start_epoch, self.start_iter = int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))
-        logger.info(f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it")
+        logger.info(
+            f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it"
+        )
         return ckpt
 
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        imgs, targets = next(self.prefetcher)[:2]
+        imgs, targets = next(self.batches)[:2]
         non_blocking = self.device.type == "cuda"
-        return imgs.to(self.device, non_blocking=non_blocking), targets.to(self.device, non_blocking=non_blocking)
+        return imgs.to(self.device, non_blocking=non_blocking), targets.to(
+            self.device, non_blocking=non_blocking
+        )
 
     def _set_lr(self, progress: int) -> float:
         lr = self.lr_scheduler.update_lr(progress)
@@ -424,10 +416,12 @@ class Trainer:
 
         Decided together: a rank that skipped backward while others ran it would hang DDP.
         """
-        flags = torch.stack([
-            (~torch.isfinite(loss.detach())).float(),
-            torch.tensor(float(self._stop_signum is not None), device=loss.device),
-        ])
+        flags = torch.stack(
+            [
+                (~torch.isfinite(loss.detach())).float(),
+                torch.tensor(float(self._stop_signum is not None), device=loss.device),
+            ]
+        )
         if self.is_distributed:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         skip, stop = flags.tolist()
@@ -473,7 +467,8 @@ class Trainer:
                     self.tblogger.add_scalar(f"train/{k}", self.meter[k].avg, step)
 
     def _log_batch_images(self, inps: torch.Tensor, targets: torch.Tensor, count: int = 4) -> None:
-        """A few training images with their boxes in TensorBoard: first iteration of the run and of the no-aug phase."""
+        """A few training images with their boxes in TensorBoard: first iteration of the run and of the
+        no-aug phase."""
         if self.tblogger is None or self.iter != 0:
             return
         first_no_aug = self.epoch == max(0, self.max_epoch - self.exp.no_aug_epochs)
@@ -483,12 +478,16 @@ class Trainer:
 
         drawn = []
         for img, labels in zip(inps[:count].detach().float().cpu(), targets[:count].detach().float().cpu()):
-            canvas = np.ascontiguousarray(img.clamp(0, 255).byte().permute(1, 2, 0).numpy()[..., ::-1])  # BGR -> RGB
+            canvas = np.ascontiguousarray(
+                img.clamp(0, 255).byte().permute(1, 2, 0).numpy()[..., ::-1]
+            )  # BGR -> RGB
             for cls, cx, cy, w, h in labels[labels.sum(1) > 0].tolist():
                 p1 = (int(cx - w / 2), int(cy - h / 2))
                 p2 = (int(cx + w / 2), int(cy + h / 2))
                 cv2.rectangle(canvas, p1, p2, (0, 255, 0), 1)
-                cv2.putText(canvas, self.class_names[int(cls)], p1, cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 255, 0), 1)
+                cv2.putText(
+                    canvas, self.class_names[int(cls)], p1, cv2.FONT_HERSHEY_SIMPLEX, 0.35, (255, 255, 0), 1
+                )
             drawn.append(torch.from_numpy(canvas).permute(2, 0, 1))
         phase = "no_aug" if self.no_aug else "mosaic"
         self.tblogger.add_images(f"train_batch/{phase}", torch.stack(drawn), self.progress_in_iter)
@@ -510,46 +509,13 @@ class Trainer:
                 raise KeyboardInterrupt  # second signal: stop now, without a checkpoint
             self._stop_signum = signum
 
-        self._previous_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self._previous_handlers = {
+            sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
 
     def _restore_signal_handlers(self) -> None:
         for sig, handler in getattr(self, "_previous_handlers", {}).items():
             signal.signal(sig, handler)
-
-    def _log_grad_checkpoint_saving(self, model: nn.Module) -> None:
-        """Log the activation memory that checkpointing saves per image (CUDA), measured on two random
-        images: no training batch is consumed, BN statistics are restored, and the plain pass, the
-        one that may not fit, runs last and may fail with an out-of-memory error."""
-        if self.device.type != "cuda":
-            logger.info("activation checkpointing on (its memory saving is measured on CUDA only)")
-            return
-        inps = torch.rand(2, 3, *self.input_size, device=self.device) * 255
-        targets = torch.zeros(2, 1, 5, device=self.device)
-        bn_stats = [t.clone() for t in bn_buffers(model)]
-        peaks = {}
-        try:
-            for enabled in (True, False):
-                model.set_grad_checkpointing(enabled)
-                torch.cuda.reset_peak_memory_stats(self.device)
-                base = torch.cuda.memory_allocated(self.device)
-                with torch.autocast("cuda", dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-                    loss = model(inps, targets)["total_loss"]
-                loss.backward()
-                model.zero_grad(set_to_none=True)
-                peaks[enabled] = (torch.cuda.max_memory_allocated(self.device) - base) / 2**20 / 2
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-        finally:
-            model.set_grad_checkpointing(True)
-            for buf, saved in zip(bn_buffers(model), bn_stats):
-                buf.copy_(saved)
-        if False not in peaks:
-            logger.info("activation checkpointing on (without it, even 2 images do not fit)")
-            return
-        logger.info(
-            f"activation checkpointing on: about {peaks[True]:.0f} MiB per image instead of {peaks[False]:.0f} MiB "
-            f"(saves {peaks[False] - peaks[True]:.0f} MiB per image at {self.input_size[0]}x{self.input_size[1]})"
-        )
 
     def _log_summary(self) -> None:
         if self.rank != 0:
@@ -557,55 +523,67 @@ class Trainer:
         env = [
             ("python", platform.python_version()),
             ("torch", torch.__version__),
-            ("device", torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else f"cpu x{torch.get_num_threads()} threads"),
-            ("processes", f"{self.world_size} ({dist.get_backend() if self.is_distributed else 'single process'})"),
+            (
+                "device",
+                torch.cuda.get_device_name(self.device)
+                if self.device.type == "cuda"
+                else f"cpu x{torch.get_num_threads()} threads",
+            ),
+            (
+                "processes",
+                f"{self.world_size} ({dist.get_backend() if self.is_distributed else 'single process'})",
+            ),
             ("amp", str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "off (fp32)"),
             ("batch", f"{self.batch_size} total, {self.batch_size // self.world_size} per process"),
             ("lr", f"{self.exp.basic_lr_per_img * self.batch_size:.4g} ({self.exp.scheduler})"),
             ("iterations", f"{self.max_iter} per epoch x {self.max_epoch} epochs"),
             ("start", f"epoch {self.start_epoch + 1}, iteration {self.start_iter}"),
-            ("classes", f"{len(self.class_names)}: {', '.join(self.class_names[:8])}{' ...' if len(self.class_names) > 8 else ''}"),
+            (
+                "classes",
+                f"{len(self.class_names)}: {', '.join(self.class_names[:8])}"
+                + (" ..." if len(self.class_names) > 8 else ""),
+            ),
             ("cache", str(self.args.cache)),
             ("output", self.file_name),
             ("command", " ".join(sys.argv)),
         ]
         # the exp's fields three per row, so that environment and exp fit one screen
         fields = [(k, _short(v)) for k, v in sorted(self.exp.fields().items())]
-        rows = [sum(fields[i:i + 3], ()) for i in range(0, len(fields), 3)]
+        rows = [sum(fields[i : i + 3], ()) for i in range(0, len(fields), 3)]
         logger.info(
-            "environment\n" + tabulate(env, tablefmt="simple", maxcolwidths=[None, 100])
-            + "\nexp\n" + tabulate(rows, headers=["key", "value"] * 3, tablefmt="simple")
+            "environment\n"
+            + tabulate(env, tablefmt="simple", maxcolwidths=[None, 100])
+            + "\nexp\n"
+            + tabulate(rows, headers=["key", "value"] * 3, tablefmt="simple")
         )
 
     def _write_demo_image(self) -> None:
-        """Annotate the first validation image with the EMA model's detections: `<file_name>/demo.jpg`."""
-        import cv2
-
-        from yolox_fast.core.predictor import Predictor
-        from yolox_fast.utils.visualize import draw_detections
-
-        dataset = self.evaluator.dataloader.dataset
-        image = dataset.load_image(0)
+        """The first validation image with the final (EMA) model's detections: `<file_name>/demo.jpg`."""
         model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
-        predictor = Predictor(model, self.exp.num_classes, self.exp.test_size, conf=0.3, nms=self.exp.nmsthre, device=self.device)
-        dets = predictor.predict([image])[0]
-        drawn = draw_detections(image, dets, self.class_names)
-        path = os.path.join(self.file_name, "demo.jpg")
-        cv2.imwrite(path, drawn)
-        logger.info(f"demo: {len(dets)} detections on the first validation image drawn to {path}")
+        predictor = Predictor(
+            model,
+            self.exp.num_classes,
+            self.exp.test_size,
+            conf=0.3,
+            nms=self.exp.nmsthre,
+            device=self.device,
+        )
+        dataset = self.evaluator.dataloader.dataset
+        write_demo_image(
+            predictor, dataset.load_image(0), self.class_names, os.path.join(self.file_name, "demo.jpg")
+        )
 
 
 def run_training(args) -> None:
     """Entry point of every training process (tools/train.py launches it once per rank).
 
-    The exp is rebuilt here from `args.exp_file` / `args.name` and `args.opts`, so spawned workers
+    The exp is rebuilt here from the command line (`core.cli.build_exp`), so spawned workers
     need only the plain-data arguments. A SIGINT/SIGTERM ends the process with code 128 + signal
     after the checkpoint is written: torchrun counts that as a failure and restarts when allowed.
     """
-    from yolox_fast.exp import get_exp
+    from yolox_fast.core.cli import build_exp
 
-    exp = get_exp(args.exp_file, args.name)
-    exp.merge(args.opts)
+    exp = build_exp(args)
     trainer = Trainer(exp, args)
     try:
         trainer.train()

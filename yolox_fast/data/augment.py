@@ -5,6 +5,7 @@ the image and passes them through `box_candidates`, so boxes that are degenerate
 away or absurdly thin never reach the model. Randomness comes from an explicit
 `np.random.Generator`, so a sample is a pure function of its seed (cached and uncached runs agree).
 """
+
 from __future__ import annotations
 
 import math
@@ -139,9 +140,7 @@ def random_affine(
     `box_filter` = (min_size, min_area_ratio, max_aspect) for box_candidates.
     """
     matrix = affine_matrix(rng, img.shape[:2], target_size, degrees, translate, scales, shear)
-    out = cv2.warpAffine(
-        img, matrix, dsize=(target_size[1], target_size[0]), borderValue=(PAD_VALUE,) * 3
-    )
+    out = cv2.warpAffine(img, matrix, dsize=(target_size[1], target_size[0]), borderValue=(PAD_VALUE,) * 3)
     if len(labels):
         # the area test compares with the original box at the warp's scale, not with the (larger)
         # axis-aligned hull of the rotated/sheared box
@@ -152,7 +151,9 @@ def random_affine(
     return out, labels
 
 
-def augment_hsv(img: np.ndarray, rng: np.random.Generator, hgain: int = 5, sgain: int = 30, vgain: int = 30) -> None:
+def augment_hsv(
+    img: np.ndarray, rng: np.random.Generator, hgain: int = 5, sgain: int = 30, vgain: int = 30
+) -> None:
     """Shift hue (mod 180), saturation and value (clipped) of a BGR uint8 image in place by random
     integer offsets; each channel is shifted or left alone with probability 1/2, as YOLOX."""
     gains = rng.uniform(-1, 1, 3) * [hgain, sgain, vgain]
@@ -227,4 +228,3 @@ class TrainTransform:
         targets[:, 3] = labels[:, 2] - labels[:, 0]
         targets[:, 4] = labels[:, 3] - labels[:, 1]
         return out, targets
-

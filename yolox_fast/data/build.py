@@ -1,6 +1,8 @@
 """Builders the Exp calls: datasets and loaders for training and evaluation from a dataset description."""
+
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -9,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from yolox_fast.data.augment import TrainTransform
 from yolox_fast.data.cache import build_cache
-from yolox_fast.data.config import load_dataset_config
+from yolox_fast.data.config import coco_category_names, load_dataset_config, resolve_root
 from yolox_fast.data.datasets.base import DetectionDataset
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import ensure_generated
@@ -19,29 +21,55 @@ from yolox_fast.data.mosaic import MosaicDetection
 from yolox_fast.data.sampler import InfiniteSampler, ShardSampler, YoloBatchSampler
 from yolox_fast.utils import dist as dist_utils
 
-# The Exp's YOLOX ann names; only values that differ from these override a description's ann files.
-YOLOX_DEFAULT_ANNS = {"train": "instances_train2017.json", "val": "instances_val2017.json"}
-
 
 def dataset_config(exp) -> dict[str, Any]:
-    """exp.dataset's description with exp.data_dir / train_ann / val_ann applied, the synthetic set
-    generated if it is missing."""
+    """exp.dataset's description with the exp's YOLOX-style overrides applied.
+
+    `exp.data_dir` replaces the root: "my data, in this description's layout". For a COCO-format
+    description the class names then come from that set's own annotation categories (sorted by id),
+    never from the description's list, unless `exp.class_names` names them. `exp.train_ann` /
+    `exp.val_ann`, when set (not None), replace the description's annotation files. Reads no images
+    and generates nothing (see `prepare_dataset`).
+    """
     cfg = load_dataset_config(exp.dataset)
     if exp.data_dir:
-        cfg["root"] = str(exp.data_dir)
+        cfg["root"] = resolve_root(exp.data_dir)
+        cfg["name"] = Path(cfg["root"]).name or cfg["name"]
+        cfg.pop("synthetic", None)  # the user's data is not the built-in generated set
     if cfg["format"] == "coco":
         for split, field in (("train", "train_ann"), ("val", "val_ann")):
             value = getattr(exp, field, None)
-            if value and value != YOLOX_DEFAULT_ANNS[split]:
+            if value:
                 cfg[split] = {**cfg[split], "ann": value}
+        if exp.data_dir and not exp.class_names:
+            cfg["class_names"] = None  # filled from the categories when the dataset is read
+    if exp.class_names:
+        cfg["class_names"] = list(exp.class_names)
+    return cfg
+
+
+def prepare_dataset(exp) -> dict[str, Any]:
+    """exp's dataset description, after generating the built-in synthetic set if the description asks
+    for one that is missing (safe with many processes: one generates, the others wait)."""
+    cfg = dataset_config(exp)
     if "synthetic" in cfg:
         ensure_generated(cfg)
     return cfg
 
 
+def dataset_class_names(exp) -> tuple[str, ...]:
+    """The class names of exp's dataset, read from the COCO categories when the description has none."""
+    cfg = dataset_config(exp)
+    return tuple(cfg["class_names"] or coco_category_names(cfg))
+
+
 def _dataset(exp, cfg: dict[str, Any], split: str, img_size) -> DetectionDataset:
-    names = tuple(exp.class_names) if exp.class_names else cfg.get("class_names")
-    common = {"img_size": tuple(img_size), "name": f"{cfg['name']}-{split}", "skip_corrupt": exp.skip_corrupt_images}
+    names = cfg.get("class_names")
+    common = {
+        "img_size": tuple(img_size),
+        "name": f"{cfg['name']}-{split}",
+        "skip_corrupt": exp.skip_corrupt_images,
+    }
     if cfg["format"] == "coco":
         return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], class_names=names, **common)
     return VOCDetection(cfg["root"], cfg[split]["sets"], names, **common)
@@ -65,16 +93,18 @@ def build_train_dataset(exp, cache: None | bool | str = None) -> DetectionDatase
     dataset = _dataset(exp, cfg, "train", exp.input_size)
     if dataset.num_classes > exp.num_classes:
         raise ValueError(
-            f"dataset {cfg['name']} has {dataset.num_classes} classes but exp.num_classes = {exp.num_classes}; "
+            f"dataset {cfg['name']} has {dataset.num_classes} classes but "
+            f"exp.num_classes = {exp.num_classes}; "
             f"set num_classes = {dataset.num_classes} in the exp"
         )
     if dataset.num_classes < exp.num_classes:
-        logger.warning(f"dataset {cfg['name']} has {dataset.num_classes} classes, exp.num_classes = "
-                       f"{exp.num_classes}: the extra outputs are never trained")
+        logger.warning(
+            f"dataset {cfg['name']} has {dataset.num_classes} classes, exp.num_classes = "
+            f"{exp.num_classes}: the extra outputs are never trained"
+        )
     mode = _cache_mode(cache)
     if mode is not None:
-        image_cache = build_cache(dataset, mode, cache_dir=exp.cache_dir,
-                                  strict=exp.cache_strict)
+        image_cache = build_cache(dataset, mode, cache_dir=exp.cache_dir, strict=exp.cache_strict)
         if image_cache is not None:
             dataset.attach_cache(image_cache)
     return dataset
@@ -84,11 +114,12 @@ def _shared_seed(exp) -> int:
     """exp.seed, or one random seed drawn on rank 0 and shared so every rank shards the same permutation."""
     if exp.seed is not None:
         return int(exp.seed)
-    return int(dist_utils.broadcast_object(int(torch.randint(0, 2 ** 31 - 1, ()).item())))
+    return int(dist_utils.broadcast_object(int(torch.randint(0, 2**31 - 1, ()).item())))
 
 
-def build_train_loader(exp, batch_size: int, is_distributed: bool, no_aug: bool = False,
-                       cache: None | bool | str = None) -> TrainLoader:
+def build_train_loader(
+    exp, batch_size: int, is_distributed: bool, no_aug: bool = False, cache: None | bool | str = None
+) -> TrainLoader:
     """Infinite mosaic/MixUp training loader; `batch_size` is per process. See TrainLoader."""
     dataset = build_train_dataset(exp, cache=cache)
     box_filter = (exp.box_min_size, exp.box_min_area_ratio, exp.box_max_aspect)
@@ -97,8 +128,9 @@ def build_train_loader(exp, batch_size: int, is_distributed: bool, no_aug: bool 
         dataset,
         img_size=exp.input_size,
         mosaic=not no_aug,
-        preproc=TrainTransform(max_labels=exp.max_labels, flip_prob=exp.flip_prob, hsv_prob=exp.hsv_prob,
-                               box_filter=box_filter),
+        preproc=TrainTransform(
+            max_labels=exp.max_labels, flip_prob=exp.flip_prob, hsv_prob=exp.hsv_prob, box_filter=box_filter
+        ),
         degrees=exp.degrees,
         translate=exp.translate,
         mosaic_scale=exp.mosaic_scale,
@@ -113,8 +145,9 @@ def build_train_loader(exp, batch_size: int, is_distributed: bool, no_aug: bool 
     rank, world = (dist_utils.get_rank(), dist_utils.get_world_size()) if is_distributed else (0, 1)
     sampler = InfiniteSampler(len(dataset), shuffle=True, seed=seed, rank=rank, world_size=world)
     batch_sampler = YoloBatchSampler(sampler, batch_size, mosaic=not no_aug)
-    return TrainLoader(mosaic, batch_sampler, exp.data_num_workers, exp.max_labels,
-                       pin_memory=torch.cuda.is_available())
+    return TrainLoader(
+        mosaic, batch_sampler, exp.data_num_workers, exp.max_labels, pin_memory=torch.cuda.is_available()
+    )
 
 
 def build_eval_dataset(exp) -> DetectionDataset:

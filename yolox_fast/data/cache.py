@@ -10,6 +10,7 @@ key; all three are rebuilt, never read.
 rank and loader worker maps the same pages read-only (np.memmap) — there is one copy per machine,
 not one per process. One process builds under a file lock; the others wait for it and then map.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -26,12 +27,11 @@ import psutil
 from loguru import logger
 
 from yolox_fast.data.augment import resize_keep_ratio
-from yolox_fast.data.config import REPO_ROOT
+from yolox_fast.data.config import data_dir
 from yolox_fast.data.datasets.base import CorruptImageError
 
 LAYOUT_VERSION = 1
 SHM_DIR = Path("/dev/shm")
-DEFAULT_DISK_DIR = REPO_ROOT / "datasets" / ".cache"
 HEADROOM = 1 << 30  # leave 1 GiB of RAM/disk free beyond the cache itself
 GIB = float(1 << 30)
 
@@ -88,7 +88,8 @@ def cache_paths(mode: str, name: str, size: tuple[int, int], key: str, cache_dir
     if mode == "ram":
         folder, stem = SHM_DIR, f"yolox_fast-{name}-{size[0]}x{size[1]}-{key[:16]}"
     elif mode == "disk":
-        folder, stem = Path(cache_dir) if cache_dir else DEFAULT_DISK_DIR, f"{name}-{size[0]}x{size[1]}-{key[:16]}"
+        folder = Path(cache_dir) if cache_dir else data_dir() / ".cache"  # $YOLOX_DATADIR/.cache
+        stem = f"{name}-{size[0]}x{size[1]}-{key[:16]}"
     else:
         raise ValueError(f"cache must be 'ram' or 'disk', got {mode!r}")
     return folder / f"{stem}.bin", folder / f"{stem}.json", folder / f".{stem}.lock"
@@ -114,12 +115,14 @@ def open_cache(data: Path, sidecar: Path, key: str) -> ImageCache | None:
         return None
     if not data.is_file() or data.stat().st_size != int(np.prod(shape)):
         return None
-    return ImageCache(data, shape, np.array(meta["sizes"], dtype=np.int64).reshape(-1, 2),
-                      np.array(meta["ok"], dtype=bool))
+    return ImageCache(
+        data, shape, np.array(meta["sizes"], dtype=np.int64).reshape(-1, 2), np.array(meta["ok"], dtype=bool)
+    )
 
 
-def build_cache(dataset, mode: str, cache_dir: str | None = None, strict: bool = False,
-                num_threads: int | None = None) -> ImageCache | None:
+def build_cache(
+    dataset, mode: str, cache_dir: str | None = None, strict: bool = False, num_threads: int | None = None
+) -> ImageCache | None:
     """Map (building it first if needed) the cache of `dataset` (a DetectionDataset) at its img_size.
 
     Returns None — training continues uncached, after a warning with the numbers — when there is
@@ -148,8 +151,10 @@ def build_cache(dataset, mode: str, cache_dir: str | None = None, strict: bool =
             need = int(np.prod(shape))
             room, where = free_bytes(mode, data.parent)
             if need + HEADROOM > room:
-                msg = (f"{mode} cache of {len(files)} images at {size[0]}x{size[1]} needs "
-                       f"{need / GIB:.2f} GiB (+{HEADROOM / GIB:.0f} GiB headroom) but only {where}")
+                msg = (
+                    f"{mode} cache of {len(files)} images at {size[0]}x{size[1]} needs "
+                    f"{need / GIB:.2f} GiB (+{HEADROOM / GIB:.0f} GiB headroom) but only {where}"
+                )
                 if strict:
                     raise RuntimeError(msg)
                 logger.warning(f"{msg}; continuing WITHOUT a cache")
@@ -168,8 +173,10 @@ def _report_leftovers(data: Path, name: str) -> None:
     others = [p for p in data.parent.glob(f"{prefix}-*.bin") if p != data]
     if others:
         total = sum(p.stat().st_size for p in others) / GIB
-        logger.warning(f"other caches of dataset {name} ({total:.2f} GiB) are in {data.parent}: "
-                       f"{', '.join(p.name for p in others)}; delete them if no run uses them")
+        logger.warning(
+            f"other caches of dataset {name} ({total:.2f} GiB) are in {data.parent}: "
+            f"{', '.join(p.name for p in others)}; delete them if no run uses them"
+        )
 
 
 def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int | None) -> ImageCache:
@@ -208,8 +215,14 @@ def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int
         os.replace(tmp, data)
     finally:
         tmp.unlink(missing_ok=True)
-    meta = {"key": key, "version": LAYOUT_VERSION, "shape": list(shape), "sizes": sizes.tolist(),
-            "ok": ok.tolist(), "images": n}
+    meta = {
+        "key": key,
+        "version": LAYOUT_VERSION,
+        "shape": list(shape),
+        "sizes": sizes.tolist(),
+        "ok": ok.tolist(),
+        "images": n,
+    }
     side_tmp = sidecar.with_name(f"{sidecar.name}.tmp-{os.getpid()}")
     side_tmp.write_text(json.dumps(meta))
     os.replace(side_tmp, sidecar)  # the completion marker: written last, atomically
@@ -234,5 +247,7 @@ class Progress:
         eta = (self.total - self.done) / max(rate, 1e-9)
         filled = int(self.width * self.done / max(self.total, 1))
         bar = "#" * filled + "." * (self.width - filled)
-        logger.info(f"{self.title} [{bar}] {self.done}/{self.total} {rate:.0f} img/s "
-                    f"ETA {int(eta) // 60}:{int(eta) % 60:02d}")
+        logger.info(
+            f"{self.title} [{bar}] {self.done}/{self.total} {rate:.0f} img/s "
+            f"ETA {int(eta) // 60}:{int(eta) % 60:02d}"
+        )

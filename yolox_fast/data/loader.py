@@ -1,4 +1,5 @@
 """Loaders: the infinite training loader (with close_mosaic) and the collates that batch samples."""
+
 from __future__ import annotations
 
 import random
@@ -15,7 +16,7 @@ from yolox_fast.data.sampler import YoloBatchSampler
 def worker_init(worker_id: int) -> None:
     """Seed Python/NumPy from torch's per-worker seed (augmentations use explicit generators; this
     covers any library code that draws from the global ones)."""
-    seed = torch.initial_seed() % 2 ** 32
+    seed = torch.initial_seed() % 2**32
     random.seed(seed)
     np.random.seed(seed)
 
@@ -65,8 +66,9 @@ class TrainLoader:
     that batches prefetched with mosaic on are dropped (persistent workers stay alive).
     """
 
-    def __init__(self, dataset, batch_sampler: YoloBatchSampler, num_workers: int, max_labels: int,
-                 pin_memory: bool) -> None:
+    def __init__(
+        self, dataset, batch_sampler: YoloBatchSampler, num_workers: int, max_labels: int, pin_memory: bool
+    ) -> None:
         self.dataset = dataset
         self.batch_sampler = batch_sampler
         opencv_for_workers(num_workers)

@@ -1,4 +1,5 @@
 """MosaicDetection: the YOLOX training view of a dataset — 4-image mosaic, random affine, MixUp."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -138,7 +139,14 @@ class MosaicDetection(Dataset):
             all_labels.append(labels)
         labels = clip_and_filter(np.concatenate(all_labels), 2 * input_w, 2 * input_h, *self.box_filter)
         img, labels = random_affine(
-            canvas, labels, rng, self.img_size, self.degrees, self.translate, self.mosaic_scale, self.shear,
+            canvas,
+            labels,
+            rng,
+            self.img_size,
+            self.degrees,
+            self.translate,
+            self.mosaic_scale,
+            self.shear,
             self.box_filter,
         )
         return img, labels, first_id
@@ -146,7 +154,9 @@ class MosaicDetection(Dataset):
     def _mixup(self, origin_img: np.ndarray, origin_labels: np.ndarray, rng: np.random.Generator):
         jitter = rng.uniform(*self.mixup_scale)
         flip = rng.random() > 0.5
-        cp_img, cp_labels, _, _ = self._dataset.pull_item(int(self._labelled[rng.integers(len(self._labelled))]))
+        cp_img, cp_labels, _, _ = self._dataset.pull_item(
+            int(self._labelled[rng.integers(len(self._labelled))])
+        )
         input_h, input_w = self.img_size
         resized, ratio = resize_keep_ratio(cp_img, self.img_size)
         cp_canvas = np.full((input_h, input_w, 3), PAD_VALUE, dtype=np.uint8)
@@ -161,7 +171,7 @@ class MosaicDetection(Dataset):
         padded[:oh, :ow] = cp_canvas
         y_off = int(rng.integers(0, padded.shape[0] - th)) if padded.shape[0] > th else 0
         x_off = int(rng.integers(0, padded.shape[1] - tw)) if padded.shape[1] > tw else 0
-        crop = padded[y_off: y_off + th, x_off: x_off + tw]
+        crop = padded[y_off : y_off + th, x_off : x_off + tw]
 
         boxes = cp_labels[:, :4] * ratio
         if flip:

@@ -1,4 +1,5 @@
 """Samplers: an infinite, seeded, per-rank training stream and a disjoint per-rank eval shard."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -18,8 +19,14 @@ class InfiniteSampler(Sampler):
     point of the stream can be resumed without replaying it.
     """
 
-    def __init__(self, size: int, shuffle: bool = True, seed: int = 0,
-                 rank: int | None = None, world_size: int | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
         self.size = size
         self.shuffle = shuffle
         self.seed = int(seed)
@@ -30,9 +37,12 @@ class InfiniteSampler(Sampler):
             raise ValueError(f"{size} training images cannot be split over {self.world_size} ranks")
 
     def _shard(self, epoch_pass: int) -> np.ndarray:
-        order = (np.random.default_rng([self.seed, epoch_pass]).permutation(self.size)
-                 if self.shuffle else np.arange(self.size))
-        return order[self.rank::self.world_size][: self.per_rank]
+        order = (
+            np.random.default_rng([self.seed, epoch_pass]).permutation(self.size)
+            if self.shuffle
+            else np.arange(self.size)
+        )
+        return order[self.rank :: self.world_size][: self.per_rank]
 
     def indices_from(self, position: int = 0) -> Iterator[tuple[int, int]]:
         """(position, dataset index) pairs of this rank's stream from `position` on, forever."""

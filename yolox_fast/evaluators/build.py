@@ -1,7 +1,8 @@
 """build_evaluator: the COCO or VOC evaluator for an exp's validation split, by the dataset's format."""
+
 from __future__ import annotations
 
-from yolox_fast.data.config import load_dataset_config
+from yolox_fast.data.build import dataset_config
 from yolox_fast.evaluators.coco import COCOEvaluator
 from yolox_fast.evaluators.voc import VOCEvaluator
 
@@ -14,7 +15,7 @@ def build_evaluator(exp, batch_size: int, is_distributed: bool, testdev: bool = 
     VOC2007, else area under the PR curve. `testdev` (COCO only) writes the
     result json for the test-dev server instead of scoring.
     """
-    cfg = load_dataset_config(exp.dataset)
+    cfg = dataset_config(exp)
     fmt = cfg["format"]
     loader = exp.get_eval_loader(batch_size, is_distributed)
     class_names = exp.get_class_names()

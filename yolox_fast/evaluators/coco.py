@@ -1,11 +1,13 @@
 """COCO-style evaluation: AP50:95 / AP50 with pycocotools, plus per-class AP and AR tables."""
+
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from loguru import logger
@@ -13,12 +15,13 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from tabulate import tabulate
 
-from yolox_fast.evaluators.inference import DetectionEvaluator, Detections, InferenceResult
+from yolox_fast.evaluators.detection_evaluator import DetectionEvaluator, InferenceResult
+from yolox_fast.inference import Detections
 
 
 def detections_to_coco_json(
-    detections: Dict[Any, Detections], class_ids: Sequence[int]
-) -> List[Dict[str, Any]]:
+    detections: dict[Any, Detections], class_ids: Sequence[int]
+) -> list[dict[str, Any]]:
     """COCO result records [{"image_id", "category_id", "bbox": [x, y, w, h], "score"}, ...].
 
     `detections` maps image id -> (K, 6) [x1, y1, x2, y2, score, class index] in original pixels;
@@ -38,7 +41,7 @@ def detections_to_coco_json(
     return records
 
 
-def _load_results(coco_gt: COCO, records: List[Dict[str, Any]]) -> COCO:
+def _load_results(coco_gt: COCO, records: list[dict[str, Any]]) -> COCO:
     """`coco_gt.loadRes`, which cannot take an empty list: no detections is a valid (AP 0) result."""
     if records:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -55,9 +58,9 @@ def _load_results(coco_gt: COCO, records: List[Dict[str, Any]]) -> COCO:
     return coco_dt
 
 
-def _grouped_table(values: Dict[str, float], metric: str, columns: int = 6) -> str:
+def _grouped_table(values: dict[str, float], metric: str, columns: int = 6) -> str:
     """Per-class figures laid out `columns` (class, value) pairs per row, so 80 classes fit a screen."""
-    flat: List[Any] = []
+    flat: list[Any] = []
     for name, value in values.items():
         flat += [name, 100 * value]
     width = 2 * columns
@@ -66,7 +69,7 @@ def _grouped_table(values: Dict[str, float], metric: str, columns: int = 6) -> s
     return tabulate(rows, headers=headers, tablefmt="pipe", floatfmt=".3f", numalign="left")
 
 
-def per_class_ap_ar(coco_eval: COCOeval, names: Dict[int, str]) -> Tuple[Dict[str, float], Dict[str, float]]:
+def per_class_ap_ar(coco_eval: COCOeval, names: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
     """AP@[.5:.95] and AR@100 per category (area "all"), keyed by class name; nan where undefined."""
     precision = coco_eval.eval["precision"]  # (T iou, R recall, K class, A area, M maxdets)
     recall = coco_eval.eval["recall"]  # (T, K, A, M)
@@ -82,10 +85,10 @@ def per_class_ap_ar(coco_eval: COCOeval, names: Dict[int, str]) -> Tuple[Dict[st
 
 def coco_score(
     coco_gt: COCO,
-    detections: Dict[Any, Detections],
+    detections: dict[Any, Detections],
     class_ids: Sequence[int],
-    class_names: Optional[Sequence[str]] = None,
-) -> Dict[str, Any]:
+    class_names: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """Score `detections` (image id -> (K, 6) original px) against `coco_gt`, every listed image once.
 
     Images present in `detections` with no rows still count (their ground truth becomes misses).
@@ -132,7 +135,7 @@ class COCOEvaluator(DetectionEvaluator):
         confthre: float,
         nmsthre: float,
         num_classes: int,
-        class_names: Optional[Sequence[str]] = None,
+        class_names: Sequence[str] | None = None,
         testdev: bool = False,
         testdev_json: str = "yolox_testdev_2017.json",
         per_class_AP: bool = True,
@@ -144,7 +147,7 @@ class COCOEvaluator(DetectionEvaluator):
         self.per_class_AP = per_class_AP
         self.per_class_AR = per_class_AR
 
-    def score(self, merged: InferenceResult) -> Dict[str, Any]:
+    def score(self, merged: InferenceResult) -> dict[str, Any]:
         dataset = self.dataloader.dataset
         class_ids = list(dataset.class_ids)
         if self.testdev:

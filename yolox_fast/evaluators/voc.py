@@ -10,16 +10,19 @@ Boxes are in pixel-edge coordinates, as the VOC dataset records them (x1 = xmin 
 devkit's 1-based inclusive indices), so w = x2 - x1 equals the devkit's xmax - xmin + 1 and IoU needs
 no "+1" here.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from loguru import logger
 from tabulate import tabulate
 
-from yolox_fast.evaluators.inference import DetectionEvaluator, Detections, InferenceResult
+from yolox_fast.evaluators.detection_evaluator import DetectionEvaluator, InferenceResult
+from yolox_fast.inference import Detections
 
 IOU_THRESHOLDS = tuple(np.round(np.arange(0.5, 0.951, 0.05), 2).tolist())  # 0.50, 0.55, ..., 0.95
 
@@ -59,7 +62,7 @@ def voc_class_ap(
     image_ids: Sequence[Any],
     scores: np.ndarray,
     boxes: np.ndarray,
-    ground_truth: Mapping[Any, Tuple[np.ndarray, np.ndarray]],
+    ground_truth: Mapping[Any, tuple[np.ndarray, np.ndarray]],
     iou_thresholds: Sequence[float] = (0.5,),
     use_07_metric: bool = False,
 ) -> np.ndarray:
@@ -104,7 +107,7 @@ def voc_class_ap(
 
 def voc_map(
     detections: Mapping[Any, Detections],
-    ground_truth: Mapping[Any, Tuple[np.ndarray, np.ndarray, np.ndarray]],
+    ground_truth: Mapping[Any, tuple[np.ndarray, np.ndarray, np.ndarray]],
     num_classes: int,
     iou_thresholds: Sequence[float] = IOU_THRESHOLDS,
     use_07_metric: bool = False,
@@ -114,11 +117,11 @@ def voc_map(
     detections: image id -> (K, 6) [x1, y1, x2, y2, score, class]; ground_truth: image id ->
     (boxes (M, 4), labels (M,), difficult (M,) bool), every scored image listed (possibly empty).
     """
-    per_class_dets: Dict[int, List[Tuple[Any, np.ndarray]]] = defaultdict(list)
+    per_class_dets: dict[int, list[tuple[Any, np.ndarray]]] = defaultdict(list)
     for img_id, dets in detections.items():
         for c in np.unique(dets[:, 5]).astype(int):
             per_class_dets[c].append((img_id, dets[dets[:, 5] == c]))
-    per_class_gt: Dict[int, Dict[Any, Tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
+    per_class_gt: dict[int, dict[Any, tuple[np.ndarray, np.ndarray]]] = defaultdict(dict)
     for img_id, (boxes, labels, difficult) in ground_truth.items():
         labels = np.asarray(labels).astype(int)
         for c in np.unique(labels):
@@ -150,13 +153,13 @@ class VOCEvaluator(DetectionEvaluator):
         confthre: float,
         nmsthre: float,
         num_classes: int,
-        class_names: Optional[Sequence[str]] = None,
+        class_names: Sequence[str] | None = None,
         use_07_metric: bool = True,
     ) -> None:
         super().__init__(dataloader, img_size, confthre, nmsthre, num_classes, class_names)
         self.use_07_metric = use_07_metric
 
-    def score(self, merged: InferenceResult) -> Dict[str, Any]:
+    def score(self, merged: InferenceResult) -> dict[str, Any]:
         dataset = self.dataloader.dataset
         records = {r.img_id: r for r in dataset.records}
         ground_truth = {
@@ -171,8 +174,9 @@ class VOCEvaluator(DetectionEvaluator):
             raise ValueError("no ground truth box in the eval set: VOC mAP is undefined")
         skipped = [names[c] for c in np.where(~with_gt)[0]]
         if skipped:
-            logger.info(f"VOC mAP: {len(skipped)} class(es) without ground truth left out of the mean: "
-                        f"{skipped}")
+            logger.info(
+                f"VOC mAP: {len(skipped)} class(es) without ground truth left out of the mean: {skipped}"
+            )
         ap50 = float(np.mean(aps[with_gt, 0]))
         ap50_95 = float(np.mean(aps[with_gt]))
         metric = "VOC2007 11-point" if self.use_07_metric else "area under PR curve"

@@ -1,9 +1,11 @@
 """BaseExp: the experiment interface a trainer, evaluator or demo talks to, plus `merge` and printing."""
+
 from __future__ import annotations
 
 import ast
 from abc import ABCMeta, abstractmethod
-from typing import Any, Dict, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tabulate import tabulate
 
@@ -21,34 +23,31 @@ class BaseExp(metaclass=ABCMeta):
         self.eval_interval = 10
 
     @abstractmethod
-    def get_model(self):
-        ...
+    def get_model(self): ...
 
     @abstractmethod
-    def get_data_loader(self, batch_size: int, is_distributed: bool, no_aug: bool = False, cache_img=None):
-        ...
+    def get_data_loader(
+        self, batch_size: int, is_distributed: bool, no_aug: bool = False, cache_img=None
+    ): ...
 
     @abstractmethod
-    def get_optimizer(self, batch_size: int):
-        ...
+    def get_optimizer(self, batch_size: int): ...
 
     @abstractmethod
-    def get_lr_scheduler(self, lr: float, iters_per_epoch: int, **kwargs):
-        ...
+    def get_lr_scheduler(self, lr: float, iters_per_epoch: int, **kwargs): ...
 
     @abstractmethod
-    def get_evaluator(self, batch_size: int, is_distributed: bool):
-        ...
+    def get_evaluator(self, batch_size: int, is_distributed: bool): ...
 
     @abstractmethod
-    def eval(self, model, evaluator, is_distributed: bool, half: bool = False):
-        ...
+    def eval(self, model, evaluator, is_distributed: bool, half: bool = False): ...
 
-    def fields(self) -> Dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
         """Public, plain-data attributes: what `merge` may set and what a checkpoint records."""
         plain = (int, float, str, bool, tuple, list, dict, type(None))
         return {
-            k: v for k, v in vars(self).items()
+            k: v
+            for k, v in vars(self).items()
             if not k.startswith("_") and k != "model" and isinstance(v, plain)
         }
 
@@ -118,4 +117,3 @@ def _literal_or_str(raw: str) -> Any:
         return ast.literal_eval(raw)
     except (ValueError, SyntaxError):
         return raw
-

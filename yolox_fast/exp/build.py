@@ -1,15 +1,14 @@
 """get_exp: load an Exp from a Python file (-f) or a model-zoo name (-n yolox-s)."""
+
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Optional
 
 from yolox_fast.exp.base_exp import BaseExp
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-EXPS_DIR = REPO_ROOT / "exps"
+ZOO_DIR = Path(__file__).resolve().parent / "default"
 ZOO = ("yolox_nano", "yolox_tiny", "yolox_s", "yolox_m", "yolox_l", "yolox_x", "yolox_voc_s")
 
 
@@ -29,14 +28,16 @@ def get_exp_by_file(exp_file: str) -> BaseExp:
 
 
 def get_exp_by_name(exp_name: str) -> BaseExp:
-    """`yolox-s`, `yolox_s` or `YOLOX-S` -> exps/yolox_s.py."""
+    """`yolox-s`, `yolox_s` or `YOLOX-S` -> the zoo exp yolox_fast/exp/default/yolox_s.py."""
     key = exp_name.strip().lower().replace("-", "_")
     if key not in ZOO:
-        raise ValueError(f"unknown exp name {exp_name!r}; known: {', '.join(z.replace('_', '-') for z in ZOO)}")
-    return get_exp_by_file(str(EXPS_DIR / f"{key}.py"))
+        raise ValueError(
+            f"unknown exp name {exp_name!r}; known: {', '.join(z.replace('_', '-') for z in ZOO)}"
+        )
+    return get_exp_by_file(str(ZOO_DIR / f"{key}.py"))
 
 
-def get_exp(exp_file: Optional[str] = None, exp_name: Optional[str] = None) -> BaseExp:
+def get_exp(exp_file: str | None = None, exp_name: str | None = None) -> BaseExp:
     """The Exp of `exp_file` if given, else of the zoo name `exp_name`."""
     if exp_file:
         return get_exp_by_file(exp_file)

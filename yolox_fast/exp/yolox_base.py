@@ -1,9 +1,11 @@
 """Exp: the YOLOX recipe (COCO, 300 epochs) with every field a YOLOX user knows, same names, same meaning."""
+
 from __future__ import annotations
 
+import inspect
 import os
 import random
-from typing import List, Optional, Tuple
+import re
 
 import torch
 import torch.distributed as dist
@@ -12,6 +14,20 @@ import torch.nn.functional as F
 
 from yolox_fast.exp.base_exp import BaseExp
 from yolox_fast.utils import dist as dist_utils
+
+
+def default_exp_name(cls: type) -> str:
+    """The stem of the file that defines `cls` (`exps/yolox_s.py` -> "yolox_s", as YOLOX), or, for a class
+    whose file cannot be found (made in a notebook, loaded without registering its module), the last part
+    of its module's name, or the class name in snake case."""
+    try:
+        return os.path.splitext(os.path.basename(inspect.getfile(cls)))[0]
+    except (TypeError, OSError):
+        pass
+    module = (cls.__module__ or "").rsplit(".", 1)[-1]
+    if module and module not in ("__main__", "builtins") and not module.startswith("_"):
+        return module
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
 
 class Exp(BaseExp):
@@ -26,23 +42,25 @@ class Exp(BaseExp):
         self.grad_checkpoint = False  # recompute backbone/neck activations in backward to fit bigger batches
 
         # ---------------- data ---------------- #
-        # Dataset description in configs/ (a name like "coco" or a path to a JSON file). The YOLOX
-        # fields data_dir / train_ann / val_ann, when set, override the description's values.
+        # The dataset: a built-in description ("coco", "voc", "shapes"), a description .json or an
+        # Ultralytics data.yaml. YOLOX's data_dir means "my data, laid out as this description says"
+        # (class names then come from its annotation files); train_ann / val_ann, when set, replace
+        # the description's annotation files. None: the description's own.
         self.dataset = "coco"
-        self.data_dir: Optional[str] = None
-        self.train_ann = "instances_train2017.json"
-        self.val_ann = "instances_val2017.json"
+        self.data_dir: str | None = None
+        self.train_ann: str | None = None
+        self.val_ann: str | None = None
         self.test_ann = "instances_test2017.json"
-        self.class_names: Optional[Tuple[str, ...]] = None  # None: taken from the dataset description
+        self.class_names: tuple[str, ...] | None = None  # None: taken from the dataset
         self.data_num_workers = 4
         self.input_size = (640, 640)  # (height, width)
         # multi-scale training draws sizes in [input_size - 32 * range, input_size + 32 * range];
         # 0 turns it off. random_size = (min, max) in units of 32 takes precedence when set.
         self.multiscale_range = 5
-        self.random_size: Optional[Tuple[int, int]] = None
+        self.random_size: tuple[int, int] | None = None
         self.max_labels = 120  # labels per image after augmentation; extra ones are dropped (logged once)
         self.skip_corrupt_images = False  # True: an undecodable image is skipped and counted, not an error
-        self.cache_dir: Optional[str] = None  # --cache disk writes here (default datasets/.cache/)
+        self.cache_dir: str | None = None  # --cache disk writes here (default datasets/.cache/)
         self.cache_strict = False  # True: a cache that does not fit is an error instead of running uncached
 
         # ---------------- augmentation ---------------- #
@@ -57,7 +75,8 @@ class Exp(BaseExp):
         self.mixup_scale = (0.5, 1.5)
         self.shear = 2.0
         # box_candidates after every geometric transform: keep boxes wider and taller than
-        # box_min_size px, keeping at least box_min_area_ratio of their area, aspect ratio below box_max_aspect
+        # box_min_size px, keeping at least box_min_area_ratio of their area, aspect ratio below
+        # box_max_aspect
         self.box_min_size = 2.0
         self.box_min_area_ratio = 0.1
         self.box_max_aspect = 20.0
@@ -77,22 +96,17 @@ class Exp(BaseExp):
         self.print_interval = 10
         self.eval_interval = 10
         self.save_history_ckpt = True
-        self.exp_name = os.path.splitext(os.path.basename(self._defining_file()))[0]
+        self.exp_name = default_exp_name(type(self))
 
         # ---------------- assignment ---------------- #
         self.simota_center_radius = 1.5
         self.simota_topk = 10
-        self.simota_max_bytes: Optional[int] = None  # None: a fraction of free device memory
+        self.simota_max_bytes: int | None = None  # None: a fraction of free device memory
 
         # ---------------- testing ---------------- #
         self.test_size = (640, 640)
         self.test_conf = 0.01
         self.nmsthre = 0.65
-
-    def _defining_file(self) -> str:
-        import inspect
-
-        return inspect.getfile(type(self))
 
     # ------------------------------------------------------------------ model
     def get_model(self) -> nn.Module:
@@ -121,16 +135,23 @@ class Exp(BaseExp):
         self.model.train()
         return self.model
 
-    def get_class_names(self) -> Tuple[str, ...]:
-        """Class names: `self.class_names` if set, else the dataset description's."""
+    def get_class_names(self) -> tuple[str, ...]:
+        """Class names: `self.class_names` if set, else the dataset's (see `data.build.dataset_config`)."""
         if self.class_names:
             return tuple(self.class_names)
-        from yolox_fast.data.config import load_dataset_config
+        from yolox_fast.data.build import dataset_class_names
 
-        return tuple(load_dataset_config(self.dataset)["class_names"])
+        return dataset_class_names(self)
 
     # ------------------------------------------------------------------ data
-    def get_dataset(self, cache: Optional[str] = None):
+    def prepare_dataset(self) -> None:
+        """Generate the built-in synthetic set if this exp's dataset is it and it is missing (no-op
+        otherwise). The trainer and the tools call it before building loaders."""
+        from yolox_fast.data.build import prepare_dataset
+
+        prepare_dataset(self)
+
+    def get_dataset(self, cache: str | None = None):
         """The training split, un-augmented (images letterboxed to input_size), optionally cached."""
         from yolox_fast.data.build import build_train_dataset
 
@@ -158,7 +179,7 @@ class Exp(BaseExp):
 
         return build_eval_loader(self, batch_size, is_distributed)
 
-    def random_resize(self, data_loader, epoch: int, rank: int, is_distributed: bool) -> Tuple[int, int]:
+    def random_resize(self, data_loader, epoch: int, rank: int, is_distributed: bool) -> tuple[int, int]:
         """Draw the next multi-scale input size on rank 0 and share it, so every rank agrees."""
         size = None
         if rank == 0:
@@ -174,7 +195,7 @@ class Exp(BaseExp):
             size = dist_utils.broadcast_object(size, src=0)
         return tuple(size)
 
-    def preprocess(self, inputs: torch.Tensor, targets: torch.Tensor, tsize: Tuple[int, int]):
+    def preprocess(self, inputs: torch.Tensor, targets: torch.Tensor, tsize: tuple[int, int]):
         """Resize a batch (B, 3, H, W) and its targets (B, M, 5) px to `tsize` (h, w)."""
         scale_y = tsize[0] / inputs.shape[2]
         scale_x = tsize[1] / inputs.shape[3]
@@ -194,9 +215,9 @@ class Exp(BaseExp):
         """
         if getattr(self, "optimizer", None) is None:
             lr = self.warmup_lr if self.warmup_epochs > 0 else self.basic_lr_per_img * batch_size
-            no_decay_bn: List[nn.Parameter] = []
-            decay: List[nn.Parameter] = []
-            biases: List[nn.Parameter] = []
+            no_decay_bn: list[nn.Parameter] = []
+            decay: list[nn.Parameter] = []
+            biases: list[nn.Parameter] = []
             for name, module in self.model.named_modules():
                 if hasattr(module, "bias") and isinstance(module.bias, nn.Parameter):
                     biases.append(module.bias)

@@ -10,6 +10,7 @@ from yolox_fast.models.network_blocks import (
     Focus,
     ResLayer,
     SPPBottleneck,
+    fuse_model,
     get_activation,
 )
 from yolox_fast.models.pafpn import YOLOPAFPN
@@ -28,5 +29,6 @@ __all__ = [
     "ResLayer",
     "SPPBottleneck",
     "YOLOXHead",
+    "fuse_model",
     "get_activation",
 ]

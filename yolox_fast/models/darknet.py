@@ -21,7 +21,21 @@ STAGES = ("stem", "dark2", "dark3", "dark4", "dark5")
 DARKNET_BLOCKS = {21: (1, 2, 2, 1), 53: (2, 8, 8, 4)}  # residual blocks in dark2..dark5
 
 
-class CSPDarknet(nn.Module):
+class _StagedBackbone(nn.Module):
+    """The forward both backbones share: stem, dark2..dark5 in order; the `out_features` stages returned."""
+
+    out_features: tuple[str, ...]
+    grad_checkpointing: bool
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        outputs = {}
+        for name in STAGES:
+            x = run_block(getattr(self, name), x, self.grad_checkpointing)
+            outputs[name] = x
+        return {k: v for k, v in outputs.items() if k in self.out_features}
+
+
+class CSPDarknet(_StagedBackbone):
     """CSPDarknet with a Focus stem and an SPP block in the last stage.
 
     forward: (N, 3, H, W) -> {name: feature} for `out_features`; dark3/dark4/dark5 have strides
@@ -73,15 +87,8 @@ class CSPDarknet(nn.Module):
             ),
         )
 
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        outputs = {}
-        for name in STAGES:
-            x = run_block(getattr(self, name), x, self.grad_checkpointing)
-            outputs[name] = x
-        return {k: v for k, v in outputs.items() if k in self.out_features}
 
-
-class Darknet(nn.Module):
+class Darknet(_StagedBackbone):
     """Darknet-21 or Darknet-53 (YOLOv3 backbone, LeakyReLU, residual stages, SPP head block).
 
     forward: (N, 3, H, W) -> {name: feature}; dark3/dark4/dark5 have strides 8/16/32 and
@@ -135,10 +142,3 @@ class Darknet(nn.Module):
             BaseConv(channels, channels * 2, 3, stride=1, act="lrelu"),
             BaseConv(channels * 2, channels, 1, stride=1, act="lrelu"),
         ]
-
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        outputs = {}
-        for name in STAGES:
-            x = run_block(getattr(self, name), x, self.grad_checkpointing)
-            outputs[name] = x
-        return {k: v for k, v in outputs.items() if k in self.out_features}

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
+from yolox_fast.models.losses import yolox_loss
 from yolox_fast.models.network_blocks import BaseConv, DWConv
+
+LossFn = Callable[..., dict]
 
 
 class YOLOXHead(nn.Module):
@@ -18,7 +21,12 @@ class YOLOXHead(nn.Module):
     Eval forward: list of (N, Ci, H/s, W/s) -> (N, A, 5 + C) rows [cx, cy, w, h (px), obj, cls...]
     with sigmoids applied, A = sum of (H/s) * (W/s) over strides 8/16/32, levels in that order,
     cells row-major. With `decode_in_inference = False` the box columns stay raw (for export).
-    Training forward: the loss dict of `yolox_loss`.
+    Training forward: the loss dict of `loss_fn`.
+
+    `loss_fn` (default `yolox_loss`) is called as `loss_fn(pred_boxes, obj_logits, cls_logits, raw_reg,
+    grids, strides, labels, use_l1=..., center_radius=..., topk=..., max_bytes=...)` with the
+    arguments `yolox_loss` documents; pass another (a timed one, one with the reference assigner, one
+    that records its inputs) to change or watch the training loss without patching any module.
     """
 
     def __init__(
@@ -29,6 +37,7 @@ class YOLOXHead(nn.Module):
         in_channels: Sequence[int] = (256, 512, 1024),
         act: str = "silu",
         depthwise: bool = False,
+        loss_fn: LossFn | None = None,
     ) -> None:
         super().__init__()
         if len(strides) != len(in_channels):
@@ -36,6 +45,7 @@ class YOLOXHead(nn.Module):
         self.num_classes = num_classes
         self.strides = tuple(strides)
         self.decode_in_inference = True
+        self.loss_fn: LossFn = loss_fn or yolox_loss
         # training-only knobs, set by the trainer / exp
         self.use_l1 = False  # the extra L1 loss on raw box offsets, on in the last no-aug epochs
         self.center_radius = 1.5  # SimOTA centre prior radius, in units of stride
@@ -110,25 +120,28 @@ class YOLOXHead(nn.Module):
         if not self.decode_in_inference:
             return out
         grids, strides = self.grids_and_strides(sizes, out.device, out.dtype)
+        return torch.cat([self.decode_boxes(out[..., :4], grids, strides), out[..., 4:]], dim=-1)
+
+    @staticmethod
+    def decode_boxes(raw_reg: torch.Tensor, grids: torch.Tensor, strides: torch.Tensor) -> torch.Tensor:
+        """Raw box outputs (N, A, 4) -> cx, cy, w, h px: xy = (offset + cell) * stride,
+        wh = exp(offset) * stride.
+
+        grids (A, 2) cell indices (x, y), strides (A,); computed in the dtype of the inputs.
+        """
         strides = strides[:, None]
-        xy = (out[..., :2] + grids) * strides
-        wh = torch.exp(out[..., 2:4]) * strides
-        return torch.cat([xy, wh, out[..., 4:]], dim=-1)
+        return torch.cat(
+            [(raw_reg[..., :2] + grids) * strides, torch.exp(raw_reg[..., 2:4]) * strides], dim=-1
+        )
 
     def _losses(self, out: torch.Tensor, sizes: Sequence[tuple[int, int]], labels: torch.Tensor | None):
         if labels is None:
             raise ValueError("YOLOXHead in training mode needs labels (N, M, 5) [cls, cx, cy, w, h] px")
-        # imported here so that inference does not depend on the assigner module
-        from yolox_fast.models.losses import yolox_loss
-
         raw_reg = out[..., :4]
         # boxes are decoded in fp32 even under AMP: exp() of fp16 offsets overflows early in training
         grids, strides = self.grids_and_strides(sizes, out.device, torch.float32)
-        reg = raw_reg.float()
-        pred_boxes = torch.cat(
-            [(reg[..., :2] + grids) * strides[:, None], torch.exp(reg[..., 2:4]) * strides[:, None]], dim=-1
-        )  # (N, A, 4) cx, cy, w, h px
-        return yolox_loss(
+        pred_boxes = self.decode_boxes(raw_reg.float(), grids, strides)  # (N, A, 4) cx, cy, w, h px
+        return self.loss_fn(
             pred_boxes,
             out[..., 4:5],
             out[..., 5:],

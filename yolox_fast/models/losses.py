@@ -6,29 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from yolox_fast.models.simota import simota_assign, single_threaded_on_cpu
+from yolox_fast.models.simota import simota_assign
 from yolox_fast.utils import dist as dist_utils
+from yolox_fast.utils.boxes import aligned_iou
+from yolox_fast.utils.threads import single_threaded_on_cpu
 
 IOU_LOSS_WEIGHT = 5.0  # YOLOX's reg_weight
 L1_EPS = 1e-8
-
-
-def box_iou_aligned(pred: torch.Tensor, target: torch.Tensor, loss_type: str = "iou") -> torch.Tensor:
-    """IoU (or GIoU) of matching rows of pred (K, 4) and target (K, 4), both cx, cy, w, h -> (K,).
-
-    As YOLOX's IOUloss: union + 1e-16 in the denominator, GIoU's enclosing area clamped at 1e-16.
-    """
-    p_lo, p_hi = pred[:, :2] - pred[:, 2:] / 2, pred[:, :2] + pred[:, 2:] / 2
-    t_lo, t_hi = target[:, :2] - target[:, 2:] / 2, target[:, :2] + target[:, 2:] / 2
-    inter = (torch.min(p_hi, t_hi) - torch.max(p_lo, t_lo)).clamp(min=0).prod(dim=1)
-    union = pred[:, 2:].prod(dim=1) + target[:, 2:].prod(dim=1) - inter
-    iou = inter / (union + 1e-16)
-    if loss_type == "iou":
-        return iou
-    if loss_type == "giou":
-        enclosing = (torch.max(p_hi, t_hi) - torch.min(p_lo, t_lo)).prod(dim=1)
-        return iou - (enclosing - union) / enclosing.clamp(min=1e-16)
-    raise ValueError(f"unknown IoU loss type {loss_type!r} (iou, giou)")
 
 
 class IOUloss(nn.Module):
@@ -45,7 +29,11 @@ class IOUloss(nn.Module):
         self.loss_type = loss_type
 
     def forward(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        iou = box_iou_aligned(pred.reshape(-1, 4), target.reshape(-1, 4), self.loss_type)
+        if self.loss_type not in ("iou", "giou"):
+            raise ValueError(f"unknown IoU loss type {self.loss_type!r} (iou, giou)")
+        iou = aligned_iou(
+            pred.reshape(-1, 4), target.reshape(-1, 4), xyxy=False, giou=self.loss_type == "giou"
+        )
         loss = 1 - iou**2 if self.loss_type == "iou" else 1 - iou.clamp(min=-1.0, max=1.0)
         if self.reduction == "mean":
             return loss.mean()
@@ -70,12 +58,15 @@ def yolox_loss(
     center_radius: float = 1.5,
     topk: int = 10,
     max_bytes: int | None = None,
+    assigner=simota_assign,
 ) -> dict[str, torch.Tensor]:
     """YOLOX loss of a batch.
 
     pred_boxes (N, A, 4) decoded cx, cy, w, h px; obj_logits (N, A, 1); cls_logits (N, A, C) raw logits;
     raw_reg (N, A, 4) regression outputs before decoding; grids (A, 2) cell indices (x, y); strides (A,);
     labels (N, M, 5) [cls, cx, cy, w, h] px, padding rows all zero. Any float dtype; computed in fp32.
+    `assigner`: the label assignment, `simota_assign` or anything with its signature (the per-image
+    reference, for benchmarks); center_radius, topk and max_bytes are passed on to it.
 
     Each loss is a sum over the batch divided by the foreground count F = max(F_all / world_size, 1),
     where F_all is the foreground count summed over DDP ranks. Under DDP's gradient averaging this is
@@ -92,7 +83,7 @@ def yolox_loss(
         num_classes = cls_logits.shape[-1]
         gt_mask = labels.sum(dim=2) > 0  # YOLOX: a label row is valid when it sums to > 0
         anchor_points = (grids + 0.5) * strides[:, None]
-        assign = simota_assign(
+        assign = assigner(
             pred_boxes.detach(),
             cls_logits.detach(),
             obj_logits.detach(),

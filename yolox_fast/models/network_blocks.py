@@ -30,7 +30,7 @@ def get_activation(name: str = "silu", inplace: bool = True) -> nn.Module:
 class BaseConv(nn.Module):
     """Conv2d (no bias, 'same' padding) -> BatchNorm2d -> activation. (N, Cin, H, W) -> (N, Cout, H/s, W/s).
 
-    `fuse_model` (utils/boxes.py) folds `bn` into `conv` and replaces it by an identity.
+    `fuse_model` folds `bn` into `conv` and replaces it by an identity.
     """
 
     def __init__(
@@ -204,3 +204,39 @@ def run_block(module: nn.Module, x: torch.Tensor, grad_checkpointing: bool) -> t
             module, x, use_reentrant=False, context_fn=lambda: (nullcontext(), _frozen_bn_stats(module))
         )
     return module(x)
+
+
+def fuse_conv_and_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
+    """A Conv2d (with bias) computing bn(conv(x)) with the BN's running statistics (eval semantics)."""
+    fused = nn.Conv2d(
+        conv.in_channels,
+        conv.out_channels,
+        kernel_size=conv.kernel_size,
+        stride=conv.stride,
+        padding=conv.padding,
+        dilation=conv.dilation,
+        groups=conv.groups,
+        bias=True,
+    ).to(device=conv.weight.device, dtype=conv.weight.dtype)
+    with torch.no_grad():
+        # computed in fp32 (or wider) so half models do not lose precision in 1/sqrt(var)
+        work = torch.promote_types(conv.weight.dtype, torch.float32)
+        scale = bn.weight.to(work) / torch.sqrt(bn.running_var.to(work) + bn.eps)  # (Cout,)
+        fused.weight.copy_((conv.weight.to(work) * scale[:, None, None, None]).to(conv.weight.dtype))
+        conv_bias = conv.bias.to(work) if conv.bias is not None else torch.zeros_like(scale)
+        bias = (conv_bias - bn.running_mean.to(work)) * scale + bn.bias.to(work)
+        fused.bias.copy_(bias.to(conv.weight.dtype))
+    fused.requires_grad_(conv.weight.requires_grad)
+    return fused
+
+
+def fuse_model(model: nn.Module) -> nn.Module:
+    """Fold every BaseConv's BatchNorm into its conv (in place) for faster inference; returns `model`.
+
+    Only for inference: the folded BN no longer adapts to batch statistics in training mode.
+    """
+    for m in model.modules():
+        if isinstance(m, BaseConv) and isinstance(m.bn, nn.BatchNorm2d):
+            m.conv = fuse_conv_and_bn(m.conv, m.bn)
+            m.bn = nn.Identity()
+    return model

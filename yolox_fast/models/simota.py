@@ -28,30 +28,22 @@ or without candidates gets no foreground. GTs with `gt_mask` False or a non-fini
 The window shortcut needs in-window costs < 1e6, i.e. fewer than ~10^4 classes (checked).
 The result equals the reference's except where two costs tie exactly or to within the rounding
 difference of the factorised sum (ties are broken by topk/argmin, as in YOLOX, in either order).
-`simota_assign_reference` is the straightforward per-image loop, kept for tests and benchmarks.
+`models/simota_reference.py` is the straightforward per-image loop it is tested and timed against.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Iterator
 from typing import NamedTuple
 
 import psutil
 import torch
-import torch.nn.functional as F
 from loguru import logger
 
-__all__ = [
-    "SimOTAResult",
-    "factorised_class_cost",
-    "negative_bce_sum_",
-    "pairwise_iou_cxcywh",
-    "simota_assign",
-    "simota_assign_reference",
-    "single_threaded_on_cpu",
-]
+from yolox_fast.utils.boxes import bboxes_iou
+from yolox_fast.utils.threads import single_threaded_on_cpu
+
+__all__ = ["SimOTAResult", "simota_assign"]
 
 OUT_OF_WINDOW_COST = 1e6
 IOU_EPS = 1e-8
@@ -78,31 +70,6 @@ class SimOTAResult(NamedTuple):
 
 
 # --------------------------------------------------------------------------- shared math
-def pairwise_iou_cxcywh(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """IoU between a (..., G, 4) and b (..., U, 4), both cx, cy, w, h -> (..., G, U) float.
-
-    Same arithmetic as YOLOX's `bboxes_iou(xyxy=False)` for proper boxes; the intersection is
-    clamped at 0 and the union at the smallest normal float, so degenerate boxes give 0, not NaN.
-    """
-    a_lo = a[..., :2] - a[..., 2:] / 2
-    a_hi = a[..., :2] + a[..., 2:] / 2
-    b_lo = b[..., :2] - b[..., 2:] / 2
-    b_hi = b[..., :2] + b[..., 2:] / 2
-    iw = (
-        torch.minimum(a_hi[..., :, None, 0], b_hi[..., None, :, 0])
-        - torch.maximum(a_lo[..., :, None, 0], b_lo[..., None, :, 0])
-    ).clamp_(min=0)
-    ih = (
-        torch.minimum(a_hi[..., :, None, 1], b_hi[..., None, :, 1])
-        - torch.maximum(a_lo[..., :, None, 1], b_lo[..., None, :, 1])
-    ).clamp_(min=0)
-    inter = iw * ih
-    area_a = a[..., 2] * a[..., 3]
-    area_b = b[..., 2] * b[..., 3]
-    union = (area_a[..., :, None] + area_b[..., None, :]) - inter
-    return inter / union.clamp_(min=torch.finfo(union.dtype).tiny)
-
-
 def _class_prob(cls: torch.Tensor, obj: torch.Tensor) -> torch.Tensor:
     """p = sqrt(sigmoid(cls) * sigmoid(obj)), YOLOX's joint score used in the class cost (in place on cls)."""
     return cls.sigmoid_().mul_(obj.sigmoid()).sqrt_()
@@ -146,97 +113,6 @@ def _check_classes(gt_classes: torch.Tensor, gt_valid: torch.Tensor, num_classes
         raise ValueError(
             f"ground-truth class ids outside [0, {num_classes}): {gt_classes[bad].unique().tolist()}"
         )
-
-
-# --------------------------------------------------------------------------- reference
-@torch.no_grad()
-def simota_assign_reference(
-    pred_boxes: torch.Tensor,
-    cls_logits: torch.Tensor,
-    obj_logits: torch.Tensor,
-    anchor_points: torch.Tensor,
-    strides: torch.Tensor,
-    gt_boxes: torch.Tensor,
-    gt_classes: torch.Tensor,
-    gt_mask: torch.Tensor,
-    *,
-    center_radius: float = 1.5,
-    topk: int = 10,
-    iou_weight: float = 3.0,
-    max_bytes: int | None = None,
-) -> SimOTAResult:
-    """Per-image, per-GT SimOTA written like official YOLOX (explicit (G, U, C) BCE); same I/O as
-    `simota_assign` (`max_bytes` is accepted and ignored). For tests and benchmarks."""
-    del max_bytes
-    with torch.autocast(pred_boxes.device.type, enabled=False):
-        pred_boxes, obj_logits, gt_boxes, gt_valid = _prepare(
-            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight
-        )
-        num_images, num_anchors, num_classes = cls_logits.shape
-        _check_classes(gt_classes, gt_valid, num_classes)
-        device = pred_boxes.device
-        fg_mask = torch.zeros(num_images, num_anchors, dtype=torch.bool, device=device)
-        matched_gt = torch.zeros(num_images, num_anchors, dtype=torch.long, device=device)
-        matched_iou = torch.zeros(num_images, num_anchors, dtype=torch.float32, device=device)
-        ax, ay = anchor_points[:, 0].float(), anchor_points[:, 1].float()
-        center_dist = strides.float() * center_radius  # (A,)
-        for n in range(num_images):
-            gt_idx = gt_valid[n].nonzero()[:, 0]
-            if gt_idx.numel() == 0:
-                continue
-            gt = gt_boxes[n, gt_idx]  # (G, 4)
-            # Official window test: every centre delta strictly positive.
-            deltas = torch.stack(
-                [
-                    ax - (gt[:, 0:1] - center_dist),
-                    ay - (gt[:, 1:2] - center_dist),
-                    (gt[:, 0:1] + center_dist) - ax,
-                    (gt[:, 1:2] + center_dist) - ay,
-                ],
-                dim=2,
-            )  # (G, A, 4)
-            in_window = deltas.min(dim=-1).values > 0.0  # (G, A)
-            is_candidate = in_window.any(dim=0)  # (A,)
-            if not bool(is_candidate.any()):
-                continue
-            window = in_window[:, is_candidate]  # (G, U)
-            anchors = is_candidate.nonzero()[:, 0]  # (U,)
-            boxes = pred_boxes[n, anchors]
-            p = _class_prob(cls_logits[n, anchors].float(), obj_logits[n, anchors, None])  # (U, C)
-            bad = torch.isnan(p).any(dim=1) | ~torch.isfinite(boxes).all(dim=1)
-            p[bad] = 0.0  # any value in [0, 1]; their cost is set to inf below
-            ious = pairwise_iou_cxcywh(gt, boxes)  # (G, U)
-            ious[:, bad] = 0.0
-            num_gt, num_cand = ious.shape
-            onehot = F.one_hot(gt_classes[n, gt_idx].long(), num_classes).float()
-            # Materialised (G, U, C) like YOLOX: the memory the batched version avoids.
-            cls_cost = F.binary_cross_entropy(
-                p.unsqueeze(0).repeat(num_gt, 1, 1),
-                onehot.unsqueeze(1).repeat(1, num_cand, 1),
-                reduction="none",
-            ).sum(-1)
-            cost = cls_cost + iou_weight * -torch.log(ious + IOU_EPS) + OUT_OF_WINDOW_COST * (~window)
-            cost[:, bad] = float("inf")
-
-            top_ious = torch.topk(ious, min(topk, num_cand), dim=1).values
-            dynamic_k = torch.clamp(top_ious.sum(1).int(), min=1)
-            matching = torch.zeros_like(cost, dtype=torch.bool)
-            for g in range(num_gt):
-                _, pos = torch.topk(cost[g], k=int(dynamic_k[g]), largest=False)
-                matching[g, pos[torch.isfinite(cost[g, pos])]] = True
-            takers = matching.sum(0)
-            multiple = takers > 1
-            if bool(multiple.any()):
-                _, cost_argmin = torch.min(cost[:, multiple], dim=0)
-                matching[:, multiple] = False
-                matching[cost_argmin, multiple] = True
-            fg = takers > 0
-            owner = matching[:, fg].int().argmax(0)
-            fg_anchors = anchors[fg]
-            fg_mask[n, fg_anchors] = True
-            matched_gt[n, fg_anchors] = gt_idx[owner]
-            matched_iou[n, fg_anchors] = ious[owner, fg.nonzero()[:, 0]]
-        return SimOTAResult(fg_mask, matched_gt, matched_iou, int(fg_mask.sum()))
 
 
 # --------------------------------------------------------------------------- batched
@@ -379,22 +255,6 @@ def _plan_chunks(
     return chunks
 
 
-@contextlib.contextmanager
-def single_threaded_on_cpu(device: torch.device) -> Iterator[None]:
-    """On CPU, run the enclosed ops on one thread. The assigner's and the loss's ops are small (a few
-    MiB per chunk), and when other processes (data workers) keep the cores busy, each op's OpenMP
-    hand-off can stall for milliseconds: measured 20-60x slower with 2 threads on a loaded 2-core VM."""
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _chunk_budget(max_bytes: int | None, device: torch.device, resident: int) -> int:
     """Bytes a chunk's working set may take.
 
@@ -439,7 +299,7 @@ def simota_assign(
     max_bytes bounds the extra memory of the call by splitting the batch into chunks of similar-sized
     images (default on CUDA: a quarter of the free memory; on CPU: 8 MiB chunks, fastest there). On
     CUDA an out-of-memory error retries with smaller chunks, on the GPU. On CPU the ops run on one
-    thread (see single_threaded_on_cpu).
+    thread (see utils.threads.single_threaded_on_cpu).
     Returns SimOTAResult(fg_mask (N, A) bool, matched_gt (N, A) long, matched_iou (N, A) float, num_fg).
     """
     device = pred_boxes.device
@@ -483,7 +343,7 @@ def simota_assign(
         resident = fg_mask.numel() * 13 + 6 * slots.numel() * 8
         budget = _chunk_budget(max_bytes, device, resident)
         chunks = _plan_chunks(sizes_u, sizes_g, slots.shape[2], num_classes, budget)
-        inputs = (
+        tables = _BatchTables(
             pred_boxes,
             cls_logits,
             obj_logits,
@@ -495,13 +355,13 @@ def simota_assign(
             slot_pos,
             cand,
         )
-        outputs = (fg_mask, matched_gt, matched_iou)
+        outputs = _Outputs(fg_mask, matched_gt, matched_iou)
         workspace = _Workspace(device)
         while chunks:
             start, end = chunks[0]
             u_max, g_max = max(sizes_u[start:end]), max(sizes_g[start:end])
             try:
-                _assign_chunk(order[start:end], u_max, g_max, inputs, outputs, workspace, topk, iou_weight)
+                _assign_chunk(order[start:end], u_max, g_max, tables, outputs, workspace, topk, iou_weight)
             except torch.cuda.OutOfMemoryError:
                 if device.type != "cuda" or end - start == 1:
                     raise
@@ -520,149 +380,211 @@ def simota_assign(
         return SimOTAResult(fg_mask, matched_gt, matched_iou, int(fg_mask.sum()))
 
 
+class _BatchTables(NamedTuple):
+    """What every chunk reads: the batch's fp32 predictions and its window/candidate tables."""
+
+    pred_boxes: torch.Tensor  # (N, A, 4) cx, cy, w, h px
+    cls_logits: torch.Tensor  # (N, A, C), any float dtype
+    obj_logits: torch.Tensor  # (N, A)
+    gt_boxes: torch.Tensor  # (N, G, 4) cx, cy, w, h px: valid GTs first, invalid ones zeroed
+    gt_classes: torch.Tensor  # (N, G) long
+    gt_valid: torch.Tensor  # (N, G) bool
+    gt_order: torch.Tensor  # (N, G) index of each (sorted) GT in the caller's G axis
+    slots: torch.Tensor  # (N, G, K) anchor ids of each GT's window; num_anchors = unused slot
+    slot_pos: torch.Tensor  # (N, G, K) position of each slot's anchor among the image's candidates
+    cand: torch.Tensor  # (N, U) candidate anchor ids, num_anchors past each image's count
+
+
+class _Outputs(NamedTuple):
+    """The assignment being written, (N, A + 1) each: the last column is a dump for padding."""
+
+    fg_mask: torch.Tensor  # bool
+    matched_gt: torch.Tensor  # long
+    matched_iou: torch.Tensor  # float32
+
+
+class _Chunk(NamedTuple):
+    """n images of the batch, padded to U candidates and G GTs (the chunk's maxima)."""
+
+    images: torch.Tensor  # (n,) indices into the batch
+    cand: torch.Tensor  # (n, U) anchor ids, num_anchors past each image's count
+    gt_classes: torch.Tensor  # (n, G)
+    gt_valid: torch.Tensor  # (n, G)
+    slot_ok: torch.Tensor  # (n, G, K) the slot holds an anchor
+    slot_pos: torch.Tensor  # (n, G, K) candidate position of each slot (0 where unused)
+    prob: torch.Tensor  # (n, U, C) sqrt(sigmoid(cls) * sigmoid(obj)), in a reused buffer
+    bad: torch.Tensor  # (n, U) unusable candidate: padding or a non-finite prediction
+    ious: torch.Tensor  # (n, G, U) IoU of each GT with each candidate's predicted box
+    dynamic_k: torch.Tensor  # (n, G)
+
+
 def _assign_chunk(
     images: torch.Tensor,
     u_max: int,
     g_max: int,
-    inputs,
-    outputs,
+    tables: _BatchTables,
+    outputs: _Outputs,
     ws: _Workspace,
     topk: int,
     iou_weight: float,
 ) -> None:
-    """Assign the images with indices `images` (n,) whose largest has u_max candidates and g_max GTs, and
-    write their rows of the (N, A + 1) outputs (the last column is a dump for padding)."""
-    pred_boxes, cls_logits, obj_logits, gt_boxes, gt_classes, gt_valid, gt_order, slots, slot_pos, cand = (
-        inputs
-    )
-    fg_out, gt_out, iou_out = outputs
-    (num_images, num_anchors, num_classes), n = cls_logits.shape, images.numel()
-    device = pred_boxes.device
-    inf = float("inf")
+    """Assign the images with indices `images` (n,) whose largest has u_max candidates and g_max GTs,
+    and write their rows of `outputs`."""
+    chunk = _gather_chunk(images, u_max, g_max, tables, ws, topk)
+    slot_cost, slot_bad, picks = _pick_anchors(chunk, topk, iou_weight)
+    owner, fg = _resolve_conflicts(chunk, picks, slot_cost, slot_bad)
 
-    cand = cand[images, :u_max]  # (n, U) anchor ids, num_anchors past each image's count
+    num_anchors = tables.cls_logits.shape[1]
+    owner_iou = torch.gather(chunk.ious, 1, owner[:, None, :]).squeeze(1)  # (n, U)
+    # Non-fg positions write into each row's dump column.
+    out_index = (images[:, None] * (num_anchors + 1) + torch.where(fg, chunk.cand, num_anchors)).flatten()
+    outputs.fg_mask.view(-1).index_put_((out_index,), fg.flatten())
+    outputs.matched_gt.view(-1).index_put_(
+        (out_index,), torch.gather(tables.gt_order[images], 1, owner).flatten()
+    )
+    outputs.matched_iou.view(-1).index_put_((out_index,), owner_iou.flatten())
+
+
+def _gather_chunk(
+    images: torch.Tensor, u_max: int, g_max: int, t: _BatchTables, ws: _Workspace, topk: int
+) -> _Chunk:
+    """The chunk's candidates with their class probabilities, boxes, IoUs with each GT and dynamic k."""
+    (num_images, num_anchors, num_classes), n = t.cls_logits.shape, images.numel()
+    cand = t.cand[images, :u_max]
     cand_ok = cand < num_anchors
     # Row of each candidate in the (N * A, ...) flattened predictions; padding reads anchor 0.
     rows = (images[:, None] * num_anchors + cand.masked_fill(~cand_ok, 0)).flatten()
-    gt_boxes = gt_boxes[images, :g_max]
-    gt_classes = gt_classes[images, :g_max]
-    gt_valid = gt_valid[images, :g_max]
-    slot_ok = slots[images, :g_max] < num_anchors  # (n, G, K)
-    slot_pos = slot_pos[images, :g_max].masked_fill(~slot_ok, 0)
+    slot_ok = t.slots[images, :g_max] < num_anchors
 
     # Class probabilities of the candidates (n, U, C), fp32 in a reused buffer.
     prob = ws.get("prob", n, u_max, num_classes)
-    cls_flat = cls_logits.reshape(num_images * num_anchors, num_classes)
+    cls_flat = t.cls_logits.reshape(num_images * num_anchors, num_classes)
     if cls_flat.dtype == torch.float32:
         torch.index_select(cls_flat, 0, rows, out=prob.view(n * u_max, num_classes))
     else:
         prob.view(n * u_max, num_classes).copy_(cls_flat.index_select(0, rows))
-    obj = obj_logits.reshape(-1).index_select(0, rows).view(n, u_max, 1)
+    obj = t.obj_logits.reshape(-1).index_select(0, rows).view(n, u_max, 1)
     _class_prob(prob, obj)
-    boxes = pred_boxes.reshape(-1, 4).index_select(0, rows).view(n, u_max, 4)
+    boxes = t.pred_boxes.reshape(-1, 4).index_select(0, rows).view(n, u_max, 4)
     # Unusable candidates: padding, NaN class/objectness (p is NaN; it is in [0, 1] otherwise), bad box.
-    bad = ~cand_ok | torch.isnan(prob.sum(-1)) | ~torch.isfinite(boxes).all(-1)  # (n, U)
+    bad = ~cand_ok | torch.isnan(prob.sum(-1)) | ~torch.isfinite(boxes).all(-1)
     boxes.masked_fill_(bad[..., None], 0.0)  # zero boxes: IoU 0 with every GT
 
-    ious = _batched_iou(ws, gt_boxes, boxes)  # (n, G, U)
-    top_ious = torch.topk(ious, min(topk, u_max), dim=2).values
-    dynamic_k = top_ious.sum(2).int().clamp_(min=1)  # (n, G)
-    del top_ious
+    iou_buffers = (
+        ws.get("iou0", n, g_max, u_max),
+        ws.get("iou1", n, g_max, u_max),
+        ws.get("iou2", n, g_max, u_max),
+    )
+    ious = bboxes_iou(t.gt_boxes[images, :g_max], boxes, xyxy=False, buffers=iou_buffers)
+    dynamic_k = torch.topk(ious, min(topk, u_max), dim=2).values.sum(2).int().clamp_(min=1)
+    return _Chunk(
+        images,
+        cand,
+        t.gt_classes[images, :g_max],
+        t.gt_valid[images, :g_max],
+        slot_ok,
+        t.slot_pos[images, :g_max].masked_fill(~slot_ok, 0),
+        prob,
+        bad,
+        ious,
+        dynamic_k,
+    )
+
+
+class _Picks(NamedTuple):
+    """(image, GT, candidate position) of every anchor some GT picked, (P,) each."""
+
+    img: torch.Tensor
+    gt: torch.Tensor
+    pos: torch.Tensor
+
+
+def _pick_anchors(c: _Chunk, topk: int, iou_weight: float) -> tuple[torch.Tensor, torch.Tensor, _Picks]:
+    """Each GT's dynamic_k cheapest candidates. Returns the window slots' costs (n, G, K) (inf where
+    unusable), which slots are unusable, and the picks."""
+    n, g_max, u_max = c.ious.shape
+    num_classes = c.prob.shape[2]
+    device = c.ious.device
+    inf = float("inf")
 
     # Window slots: IoU and p at the GT's class, gathered before prob becomes log terms.
-    slot_bad = ~slot_ok | torch.gather(bad, 1, slot_pos.flatten(1)).view_as(slot_ok)
+    slot_bad = ~c.slot_ok | torch.gather(c.bad, 1, c.slot_pos.flatten(1)).view_as(c.slot_ok)
     slot_iou = torch.gather(
-        ious.flatten(1), 1, (slot_pos + torch.arange(g_max, device=device)[:, None] * u_max).flatten(1)
-    ).view_as(slot_pos)
-    prob_flat = prob.view(n, u_max * num_classes)
-    slot_p = torch.gather(prob_flat, 1, (slot_pos * num_classes + gt_classes[..., None]).flatten(1)).view_as(
-        slot_pos
-    )
+        c.ious.flatten(1), 1, (c.slot_pos + torch.arange(g_max, device=device)[:, None] * u_max).flatten(1)
+    ).view_as(c.slot_pos)
+    prob_flat = c.prob.view(n, u_max * num_classes)
+    slot_p = torch.gather(
+        prob_flat, 1, (c.slot_pos * num_classes + c.gt_classes[..., None]).flatten(1)
+    ).view_as(c.slot_pos)
     # GTs with fewer selectable window anchors than dynamic_k need their full cost row (rare).
     window_count = (~slot_bad).sum(2)
-    full_row = gt_valid & (window_count < dynamic_k)  # (n, G)
+    full_row = c.gt_valid & (window_count < c.dynamic_k)  # (n, G)
     row_img, row_gt = full_row.nonzero(as_tuple=True)
-    row_p = prob[row_img, :, gt_classes[row_img, row_gt]]  # (R, U)
+    row_p = c.prob[row_img, :, c.gt_classes[row_img, row_gt]]  # (R, U)
 
     # prob -> per-candidate sum of the target-0 BCE terms (in place).
-    neg_sum = negative_bce_sum_(prob)  # (n, U)
+    neg_sum = negative_bce_sum_(c.prob)  # (n, U)
 
     def pair_cost(p_at_class, cand_neg_sum, iou):
         return factorised_class_cost(p_at_class, cand_neg_sum) + iou_weight * -torch.log(iou + IOU_EPS)
 
-    slot_cost = pair_cost(slot_p, torch.gather(neg_sum, 1, slot_pos.flatten(1)).view_as(slot_pos), slot_iou)
-    slot_cost.masked_fill_(slot_bad, inf)  # (n, G, K)
+    slot_neg_sum = torch.gather(neg_sum, 1, c.slot_pos.flatten(1)).view_as(c.slot_pos)
+    slot_cost = pair_cost(slot_p, slot_neg_sum, slot_iou).masked_fill_(slot_bad, inf)  # (n, G, K)
 
     # Picks inside windows: the dynamic_k cheapest slots of each GT that has enough of them.
     k_slots = min(topk, slot_cost.shape[2])
     _, pick_slot = torch.topk(slot_cost, k_slots, dim=2, largest=False)
     rank = torch.arange(k_slots, device=device)
-    pick_ok = (rank < dynamic_k[..., None]) & ~full_row[..., None] & gt_valid[..., None]  # (n, G, k)
+    pick_ok = (rank < c.dynamic_k[..., None]) & ~full_row[..., None] & c.gt_valid[..., None]  # (n, G, k)
     pick_img = torch.arange(n, device=device)[:, None, None].expand_as(pick_slot)[pick_ok]
     pick_gt = torch.arange(g_max, device=device)[None, :, None].expand_as(pick_slot)[pick_ok]
-    pick_pos = torch.gather(slot_pos, 2, pick_slot)[pick_ok]
+    pick_pos = torch.gather(c.slot_pos, 2, pick_slot)[pick_ok]
 
     if row_img.numel():
         # Full rows: every candidate, out-of-window ones at +1e6 (YOLOX's geometry penalty).
         in_window = torch.zeros(row_img.numel(), u_max + 1, dtype=torch.bool, device=device)
-        in_window.scatter_(1, torch.where(slot_ok[row_img, row_gt], slot_pos[row_img, row_gt], u_max), True)
-        row_cost = pair_cost(row_p, neg_sum[row_img], ious[row_img, row_gt])
+        in_window.scatter_(
+            1, torch.where(c.slot_ok[row_img, row_gt], c.slot_pos[row_img, row_gt], u_max), True
+        )
+        row_cost = pair_cost(row_p, neg_sum[row_img], c.ious[row_img, row_gt])
         row_cost += OUT_OF_WINDOW_COST * ~in_window[:, :u_max]
-        row_cost.masked_fill_(bad[row_img], inf)  # (R, U)
+        row_cost.masked_fill_(c.bad[row_img], inf)  # (R, U)
         k_rows = min(topk, u_max)
         row_pick_cost, row_pick = torch.topk(row_cost, k_rows, dim=1, largest=False)
-        row_ok = (torch.arange(k_rows, device=device) < dynamic_k[row_img, row_gt][:, None]) & torch.isfinite(
-            row_pick_cost
-        )
+        row_ok = (
+            torch.arange(k_rows, device=device) < c.dynamic_k[row_img, row_gt][:, None]
+        ) & torch.isfinite(row_pick_cost)
         pick_img = torch.cat([pick_img, row_img[:, None].expand_as(row_pick)[row_ok]])
         pick_gt = torch.cat([pick_gt, row_gt[:, None].expand_as(row_pick)[row_ok]])
         pick_pos = torch.cat([pick_pos, row_pick[row_ok]])
+    return slot_cost, slot_bad, _Picks(pick_img, pick_gt, pick_pos)
 
-    # Conflicts: anchors taken more than once go to the lowest-cost GT over all valid GTs, which is
-    # always a GT whose window holds the anchor (in-window costs < 1e6 <= out-of-window ones); ties go
-    # to the lowest GT index, as torch.min does.
-    flat_pick = pick_img * u_max + pick_pos
+
+def _resolve_conflicts(
+    c: _Chunk, picks: _Picks, slot_cost: torch.Tensor, slot_bad: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(owner GT (n, U), foreground (n, U)) of every candidate.
+
+    An anchor taken more than once goes to the lowest-cost GT over all valid GTs, which is always a GT
+    whose window holds the anchor (in-window costs < 1e6 <= out-of-window ones); ties go to the lowest
+    GT index, as torch.min does.
+    """
+    n, g_max, u_max = c.ious.shape
+    device = c.ious.device
+    flat_pick = picks.img * u_max + picks.pos
     takers = torch.zeros(n * u_max, dtype=torch.long, device=device).index_add_(
         0, flat_pick, torch.ones_like(flat_pick)
     )
-    single_owner = torch.zeros(n * u_max, dtype=torch.long, device=device).index_put_((flat_pick,), pick_gt)
-    slot_flat = (torch.arange(n, device=device)[:, None, None] * u_max + slot_pos).flatten()
+    single_owner = torch.zeros(n * u_max, dtype=torch.long, device=device).index_put_((flat_pick,), picks.gt)
+    slot_flat = (torch.arange(n, device=device)[:, None, None] * u_max + c.slot_pos).flatten()
     slot_cost_flat = slot_cost.flatten()
-    best_cost = torch.full((n * u_max,), inf, device=device).scatter_reduce_(
+    best_cost = torch.full((n * u_max,), float("inf"), device=device).scatter_reduce_(
         0, slot_flat, slot_cost_flat, "amin"
     )
-    slot_gt = torch.arange(g_max, device=device)[None, :, None].expand_as(slot_pos).flatten()
+    slot_gt = torch.arange(g_max, device=device)[None, :, None].expand_as(c.slot_pos).flatten()
     is_best = (slot_cost_flat == best_cost[slot_flat]) & ~slot_bad.flatten()
     best_gt = torch.full((n * u_max,), g_max, dtype=torch.long, device=device).scatter_reduce_(
         0, slot_flat[is_best], slot_gt[is_best], "amin"
     )
     owner = torch.where(takers > 1, best_gt, single_owner).view(n, u_max).clamp_(max=g_max - 1)
-    fg = (takers > 0).view(n, u_max)
-
-    owner_iou = torch.gather(ious, 1, owner[:, None, :]).squeeze(1)  # (n, U)
-    # Non-fg positions write into each row's dump column.
-    out_index = (images[:, None] * (num_anchors + 1) + torch.where(fg, cand, num_anchors)).flatten()
-    fg_out.view(-1).index_put_((out_index,), fg.flatten())
-    gt_out.view(-1).index_put_((out_index,), torch.gather(gt_order[images], 1, owner).flatten())
-    iou_out.view(-1).index_put_((out_index,), owner_iou.flatten())
-
-
-def _batched_iou(ws: _Workspace, gt: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
-    """`pairwise_iou_cxcywh(gt (n, G, 4), boxes (n, U, 4))` with the same arithmetic, in three reused
-    (n, G, U) buffers; returns a view of the first one."""
-    n, g, _ = gt.shape
-    u = boxes.shape[1]
-    out, tmp, tmp2 = ws.get("iou0", n, g, u), ws.get("iou1", n, g, u), ws.get("iou2", n, g, u)
-    g_lo = gt[..., :2] - gt[..., 2:] / 2
-    g_hi = gt[..., :2] + gt[..., 2:] / 2
-    b_lo = boxes[..., :2] - boxes[..., 2:] / 2
-    b_hi = boxes[..., :2] + boxes[..., 2:] / 2
-    torch.minimum(g_hi[..., :, None, 0], b_hi[..., None, :, 0], out=out)
-    out.sub_(torch.maximum(g_lo[..., :, None, 0], b_lo[..., None, :, 0], out=tmp)).clamp_(min=0)
-    torch.minimum(g_hi[..., :, None, 1], b_hi[..., None, :, 1], out=tmp)
-    tmp.sub_(torch.maximum(g_lo[..., :, None, 1], b_lo[..., None, :, 1], out=tmp2)).clamp_(min=0)
-    out.mul_(tmp)  # intersection
-    area_g = gt[..., 2] * gt[..., 3]
-    area_b = boxes[..., 2] * boxes[..., 3]
-    torch.add(area_g[..., :, None], area_b[..., None, :], out=tmp).sub_(out)  # union
-    return out.div_(tmp.clamp_(min=torch.finfo(tmp.dtype).tiny))
+    return owner, (takers > 0).view(n, u_max)

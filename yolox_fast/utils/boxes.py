@@ -1,94 +1,76 @@
-"""Box utilities: format conversions, IoU, YOLOX post-processing (score filter + NMS), conv-BN folding.
+"""Box math: the one pairwise IoU, the one aligned IoU, and YOLOX post-processing (score filter + NMS).
 
-Formats: xyxy = (x1, y1, x2, y2); cxcywh = (cx, cy, w, h); xywh = (x1, y1, w, h) (COCO json).
-Conversions accept torch tensors or numpy arrays of shape (..., 4) and return a new array.
+Formats: xyxy = (x1, y1, x2, y2); cxcywh = (cx, cy, w, h).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torchvision
-from torch import nn
 
-__all__ = [
-    "bboxes_iou",
-    "cxcywh2xyxy",
-    "elementwise_iou",
-    "fuse_conv_and_bn",
-    "fuse_model",
-    "postprocess",
-    "xywh2xyxy",
-    "xyxy2cxcywh",
-    "xyxy2xywh",
-]
+__all__ = ["aligned_iou", "bboxes_iou", "cxcywh2xyxy", "postprocess"]
 
 
-def _stack(cols, like):
-    if isinstance(like, torch.Tensor):
-        return torch.stack(cols, dim=-1)
-    return np.stack(cols, axis=-1)
+def cxcywh2xyxy(boxes: torch.Tensor) -> torch.Tensor:
+    """(..., 4) cx, cy, w, h -> x1, y1, x2, y2 (a new tensor)."""
+    centre, half = boxes[..., :2], boxes[..., 2:] / 2
+    return torch.cat([centre - half, centre + half], dim=-1)
 
 
-def xyxy2cxcywh(boxes):
-    """(..., 4) x1, y1, x2, y2 -> cx, cy, w, h."""
-    x1, y1, x2, y2 = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
-    return _stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], boxes)
+def _corners(boxes: torch.Tensor, xyxy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    if xyxy:
+        return boxes[..., :2], boxes[..., 2:]
+    return boxes[..., :2] - boxes[..., 2:] / 2, boxes[..., :2] + boxes[..., 2:] / 2
 
 
-def cxcywh2xyxy(boxes):
-    """(..., 4) cx, cy, w, h -> x1, y1, x2, y2."""
-    cx, cy, w, h = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
-    return _stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], boxes)
+def bboxes_iou(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    xyxy: bool = True,
+    buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """IoU of every box of a (..., G, 4) with every box of b (..., U, 4) -> (..., G, U).
+
+    Boxes are xyxy, or cxcywh with `xyxy=False` (then the arithmetic is YOLOX's `bboxes_iou(xyxy=False)`
+    for proper boxes). The intersection is clamped at 0 and the union at the smallest normal float, so
+    degenerate boxes give 0, not NaN. `buffers`: three tensors of the output's shape and dtype to compute
+    in (the assigner reuses them across chunks); the result is the first one. Not differentiable.
+    """
+    if a.shape[-1] != 4 or b.shape[-1] != 4:
+        raise ValueError(f"boxes must have 4 columns, got {tuple(a.shape)} and {tuple(b.shape)}")
+    a_lo, a_hi = _corners(a, xyxy)
+    b_lo, b_hi = _corners(b, xyxy)
+    if buffers is None:
+        shape = (*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-2])
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        buffers = tuple(torch.empty(shape, dtype=dtype, device=a.device) for _ in range(3))
+    inter, tmp, tmp2 = buffers
+    torch.minimum(a_hi[..., :, None, 0], b_hi[..., None, :, 0], out=inter)
+    inter.sub_(torch.maximum(a_lo[..., :, None, 0], b_lo[..., None, :, 0], out=tmp)).clamp_(min=0)
+    torch.minimum(a_hi[..., :, None, 1], b_hi[..., None, :, 1], out=tmp)
+    tmp.sub_(torch.maximum(a_lo[..., :, None, 1], b_lo[..., None, :, 1], out=tmp2)).clamp_(min=0)
+    inter.mul_(tmp)
+    area_a = (a_hi[..., 0] - a_lo[..., 0]) * (a_hi[..., 1] - a_lo[..., 1])
+    area_b = (b_hi[..., 0] - b_lo[..., 0]) * (b_hi[..., 1] - b_lo[..., 1])
+    torch.add(area_a[..., :, None], area_b[..., None, :], out=tmp).sub_(inter)  # union
+    return inter.div_(tmp.clamp_(min=torch.finfo(tmp.dtype).tiny))
 
 
-def xyxy2xywh(boxes):
-    """(..., 4) x1, y1, x2, y2 -> x1, y1, w, h (COCO result format)."""
-    x1, y1, x2, y2 = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
-    return _stack([x1, y1, x2 - x1, y2 - y1], boxes)
+def aligned_iou(a: torch.Tensor, b: torch.Tensor, xyxy: bool = True, giou: bool = False) -> torch.Tensor:
+    """IoU (or GIoU) of matching rows of a (..., 4) and b (..., 4) -> (...); differentiable.
 
-
-def xywh2xyxy(boxes):
-    """(..., 4) x1, y1, w, h -> x1, y1, x2, y2."""
-    x1, y1, w, h = boxes[..., 0], boxes[..., 1], boxes[..., 2], boxes[..., 3]
-    return _stack([x1, y1, x1 + w, y1 + h], boxes)
-
-
-def _as_xyxy(boxes: torch.Tensor, xyxy: bool) -> torch.Tensor:
-    return boxes if xyxy else cxcywh2xyxy(boxes)
-
-
-def _iou_from_corners(tl: torch.Tensor, br: torch.Tensor, area_a: torch.Tensor, area_b: torch.Tensor):
-    inter = (br - tl).clamp(min=0).prod(dim=-1)
-    union = area_a + area_b - inter
-    # zero-area boxes (padding, degenerate labels) get IoU 0 rather than NaN
-    return inter / union.clamp(min=torch.finfo(union.dtype).eps)
-
-
-def bboxes_iou(bboxes_a: torch.Tensor, bboxes_b: torch.Tensor, xyxy: bool = True) -> torch.Tensor:
-    """Pairwise IoU: (A, 4), (B, 4) -> (A, B). Boxes are xyxy, or cxcywh when `xyxy=False`."""
-    if bboxes_a.shape[-1] != 4 or bboxes_b.shape[-1] != 4:
-        raise ValueError(
-            f"boxes must have 4 columns, got {tuple(bboxes_a.shape)} and {tuple(bboxes_b.shape)}"
-        )
-    a = _as_xyxy(bboxes_a, xyxy)
-    b = _as_xyxy(bboxes_b, xyxy)
-    tl = torch.max(a[:, None, :2], b[None, :, :2])  # (A, B, 2)
-    br = torch.min(a[:, None, 2:], b[None, :, 2:])
-    area_a = (a[:, 2:] - a[:, :2]).prod(dim=1)
-    area_b = (b[:, 2:] - b[:, :2]).prod(dim=1)
-    return _iou_from_corners(tl, br, area_a[:, None], area_b[None, :])
-
-
-def elementwise_iou(bboxes_a: torch.Tensor, bboxes_b: torch.Tensor, xyxy: bool = True) -> torch.Tensor:
-    """IoU of matching rows: (..., 4), (..., 4) -> (...). Boxes are xyxy, or cxcywh when `xyxy=False`."""
-    a = _as_xyxy(bboxes_a, xyxy)
-    b = _as_xyxy(bboxes_b, xyxy)
-    tl = torch.max(a[..., :2], b[..., :2])
-    br = torch.min(a[..., 2:], b[..., 2:])
-    area_a = (a[..., 2:] - a[..., :2]).prod(dim=-1)
-    area_b = (b[..., 2:] - b[..., :2]).prod(dim=-1)
-    return _iou_from_corners(tl, br, area_a, area_b)
+    As YOLOX's IOUloss: union + 1e-16 in the denominator, GIoU's enclosing area clamped at 1e-16;
+    zero-area boxes give 0.
+    """
+    a_lo, a_hi = _corners(a, xyxy)
+    b_lo, b_hi = _corners(b, xyxy)
+    inter = (torch.min(a_hi, b_hi) - torch.max(a_lo, b_lo)).clamp(min=0).prod(dim=-1)
+    union = (a_hi - a_lo).prod(dim=-1) + (b_hi - b_lo).prod(dim=-1) - inter
+    iou = inter / (union + 1e-16)
+    if not giou:
+        return iou
+    enclosing = (torch.max(a_hi, b_hi) - torch.min(a_lo, b_lo)).prod(dim=-1)
+    return iou - (enclosing - union) / enclosing.clamp(min=1e-16)
 
 
 def postprocess(
@@ -124,41 +106,3 @@ def postprocess(
             kept = torchvision.ops.batched_nms(dets[:, :4], scores, dets[:, 6], nms_thre)
         outputs[i] = dets[kept]
     return outputs
-
-
-def fuse_conv_and_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
-    """A Conv2d (with bias) computing bn(conv(x)) with the BN's running statistics (eval semantics)."""
-    fused = nn.Conv2d(
-        conv.in_channels,
-        conv.out_channels,
-        kernel_size=conv.kernel_size,
-        stride=conv.stride,
-        padding=conv.padding,
-        dilation=conv.dilation,
-        groups=conv.groups,
-        bias=True,
-    ).to(device=conv.weight.device, dtype=conv.weight.dtype)
-    with torch.no_grad():
-        # computed in fp32 (or wider) so half models do not lose precision in 1/sqrt(var)
-        work = torch.promote_types(conv.weight.dtype, torch.float32)
-        scale = bn.weight.to(work) / torch.sqrt(bn.running_var.to(work) + bn.eps)  # (Cout,)
-        fused.weight.copy_((conv.weight.to(work) * scale[:, None, None, None]).to(conv.weight.dtype))
-        conv_bias = conv.bias.to(work) if conv.bias is not None else torch.zeros_like(scale)
-        bias = (conv_bias - bn.running_mean.to(work)) * scale + bn.bias.to(work)
-        fused.bias.copy_(bias.to(conv.weight.dtype))
-    fused.requires_grad_(conv.weight.requires_grad)
-    return fused
-
-
-def fuse_model(model: nn.Module) -> nn.Module:
-    """Fold every BaseConv's BatchNorm into its conv (in place) for faster inference; returns `model`.
-
-    Only for inference: the folded BN no longer adapts to batch statistics in training mode.
-    """
-    from yolox_fast.models.network_blocks import BaseConv
-
-    for m in model.modules():
-        if isinstance(m, BaseConv) and isinstance(m.bn, nn.BatchNorm2d):
-            m.conv = fuse_conv_and_bn(m.conv, m.bn)
-            m.bn = nn.Identity()
-    return model

@@ -20,7 +20,14 @@ from loguru import logger
 from tabulate import tabulate
 from torch import nn
 
-__all__ = ["load_checkpoint", "load_model_weights", "model_state_dict", "save_checkpoint"]
+__all__ = [
+    "load_checkpoint",
+    "load_model_weights",
+    "model_state_dict",
+    "restart_count",
+    "resume_checkpoint_path",
+    "save_checkpoint",
+]
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
@@ -165,7 +172,9 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint is as readable as any file the user writes
+    os.fchmod(
+        fd, 0o666 & ~umask
+    )  # mkstemp makes 0600; a checkpoint is as readable as any file the user writes
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
@@ -187,3 +196,33 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def restart_count() -> int:
+    """How many times torchrun's elastic agent restarted this job (0 outside torchrun)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
+def resume_checkpoint_path(
+    output_dir: str, resume: bool, ckpt: str | None, auto_resume: bool, restarts: int
+) -> str | None:
+    """Which checkpoint a training run continues from, or None for a fresh start (or a fine-tune from -c).
+
+    - After a torchrun restart (`restarts` > 0) the newest position, `<output_dir>/latest_ckpt.pth`,
+      wins over -c and -e: otherwise finished epochs would be redone.
+    - `--resume` continues from -c if given, else from latest (an error if it does not exist).
+    - `--auto-resume` (and any restart) continues from latest when it exists, else starts fresh.
+    """
+    latest = os.path.join(output_dir, "latest_ckpt.pth")
+    if restarts > 0 and os.path.isfile(latest):
+        logger.info(f"torchrun restart {restarts}: continuing from {latest}")
+        return latest
+    if resume:
+        path = ckpt or latest
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
+        return path
+    if (auto_resume or restarts > 0) and os.path.isfile(latest):
+        logger.info(f"auto-resume (restart {restarts}): continuing from {latest}")
+        return latest
+    return None

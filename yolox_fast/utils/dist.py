@@ -1,8 +1,9 @@
 """Thin helpers over torch.distributed that also work when it is not initialised (single process)."""
+
 from __future__ import annotations
 
 import os
-from typing import Any, List
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -57,19 +58,19 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
-def all_gather_object(obj: Any) -> List[Any]:
+def all_gather_object(obj: Any) -> list[Any]:
     """List of every rank's `obj`, in rank order, on every rank."""
     if not is_distributed():
         return [obj]
-    out: List[Any] = [None] * get_world_size()
+    out: list[Any] = [None] * get_world_size()
     dist.all_gather_object(out, obj)
     return out
 
 
-def gather_object(obj: Any, dst: int = 0) -> List[Any] | None:
+def gather_object(obj: Any, dst: int = 0) -> list[Any] | None:
     """List of every rank's `obj` on rank `dst` (None elsewhere)."""
     if not is_distributed():
         return [obj]
-    out: List[Any] | None = [None] * get_world_size() if get_rank() == dst else None
+    out: list[Any] | None = [None] * get_world_size() if get_rank() == dst else None
     dist.gather_object(obj, out, dst=dst)
     return out

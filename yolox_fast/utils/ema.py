@@ -1,4 +1,5 @@
 """Exponential moving average of model weights with the YOLOX warm-up ramp of the decay."""
+
 from __future__ import annotations
 
 import math
@@ -11,7 +12,9 @@ from torch import nn
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The module inside a DistributedDataParallel / DataParallel wrapper (or the model itself)."""
-    return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
+    return (
+        model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
+    )
 
 
 class ModelEMA:
@@ -22,7 +25,9 @@ class ModelEMA:
     ramp 2000). Integer buffers (BN ``num_batches_tracked``) are copied.
     """
 
-    def __init__(self, model: nn.Module, decay: float = 0.9998, updates: int = 0, ramp: float = 2000.0) -> None:
+    def __init__(
+        self, model: nn.Module, decay: float = 0.9998, updates: int = 0, ramp: float = 2000.0
+    ) -> None:
         self.ema = deepcopy(unwrap_model(model)).eval()
         for p in self.ema.parameters():
             p.requires_grad_(False)

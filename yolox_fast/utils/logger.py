@@ -1,4 +1,5 @@
 """loguru set-up for training: console on rank 0, a log file, and Python warnings routed into the log."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,9 @@ CONSOLE_FORMAT = (
 FILE_FORMAT = "{time:YYYY-MM-DD HH:mm:ss} | {level: <8} | {name}:{line} - {message}"
 
 
-def setup_logger(save_dir: str, distributed_rank: int = 0, filename: str = "train_log.txt", mode: str = "a") -> None:
+def setup_logger(
+    save_dir: str, distributed_rank: int = 0, filename: str = "train_log.txt", mode: str = "a"
+) -> None:
     """Log to stderr and ``save_dir/filename`` on rank 0; other ranks log warnings and errors only.
 
     ``mode="a"`` appends, so a resumed or restarted run keeps one continuous log. Warnings raised

@@ -1,4 +1,6 @@
-"""Learning-rate schedules as pure functions of the global iteration (so a resumed run lands on the same curve)."""
+"""Learning-rate schedules as pure functions of the global iteration (so a resumed run lands on the
+same curve)."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Running meters for the training log and a memory probe that works on CUDA and CPU."""
+
 from __future__ import annotations
 
 from collections import deque

@@ -1,14 +1,15 @@
 """Drawing detections on images: one colour per class, a filled label with the class name and score."""
+
 from __future__ import annotations
 
 import colorsys
-from typing import Sequence, Tuple
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
 
 
-def class_color(cls: int) -> Tuple[int, int, int]:
+def class_color(cls: int) -> tuple[int, int, int]:
     """A BGR colour for class `cls`; hues step by the golden ratio so neighbouring ids differ clearly."""
     hue = (cls * 0.618033988749895) % 1.0
     r, g, b = colorsys.hsv_to_rgb(hue, 0.85, 0.95)
@@ -43,7 +44,13 @@ def draw_detections(
         cv2.rectangle(out, (p1[0], top), (p1[0] + tw + 2, top + th + base + 2), color, -1)
         text_color = (0, 0, 0) if sum(color) > 382 else (255, 255, 255)
         cv2.putText(
-            out, label, (p1[0] + 1, top + th + 1), cv2.FONT_HERSHEY_SIMPLEX, font_scale, text_color, 1,
+            out,
+            label,
+            (p1[0] + 1, top + th + 1),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            font_scale,
+            text_color,
+            1,
             cv2.LINE_AA,
         )
     return out

@@ -1,4 +1,5 @@
 """DetectionDataset: what COCO and VOC datasets share once their annotations are parsed into records."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """COCODataset: any COCO-format json (pycocotools) plus an image folder."""
+
 from __future__ import annotations
 
 import contextlib
@@ -67,15 +68,25 @@ class COCODataset(DetectionDataset):
             w, h = int(info["width"]), int(info["height"])
             anns = self.coco.loadAnns(self.coco.getAnnIds(imgIds=[img_id], iscrowd=False))
             boxes = np.array(
-                [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
-                 for a in anns], dtype=np.float32,
+                [
+                    [a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
+                    for a in anns
+                ],
+                dtype=np.float32,
             ).reshape(-1, 4)
             classes = np.array([contiguous[a["category_id"]] for a in anns], dtype=np.int64)
             keep = clip.clip(boxes, w, h, lambda k, anns=anns: f"annotation id {anns[k].get('id')}")
             file_name = info.get("file_name") or f"{img_id:012d}.jpg"
-            records.append(ImageRecord(
-                img_id=int(img_id), file=os.path.join(image_dir, file_name), height=h, width=w,
-                boxes=boxes[keep], classes=classes[keep], difficult=np.zeros(int(keep.sum()), dtype=bool),
-            ))
+            records.append(
+                ImageRecord(
+                    img_id=int(img_id),
+                    file=os.path.join(image_dir, file_name),
+                    height=h,
+                    width=w,
+                    boxes=boxes[keep],
+                    classes=classes[keep],
+                    difficult=np.zeros(int(keep.sum()), dtype=bool),
+                )
+            )
         clip.report(self.ann_path)
         return records

@@ -5,6 +5,7 @@ same settings give the same files. Written in COCO (json + jpg) or VOC (XML + Im
 into a temporary folder renamed into place at the end, so a killed generation leaves no half set
 behind (the next use regenerates it).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -39,8 +40,23 @@ def _polygon(kind: str, cx: float, cy: float, side: float, angle: float) -> np.n
         angles = np.arange(10) * math.pi / 5 - math.pi / 2
     else:  # cross: a plus sign with arms a third of the side wide
         a, b = half, half / 3
-        pts = np.array([[-b, -a], [b, -a], [b, -b], [a, -b], [a, b], [b, b],
-                        [b, a], [-b, a], [-b, b], [-a, b], [-a, -b], [-b, -b]], dtype=np.float64)
+        pts = np.array(
+            [
+                [-b, -a],
+                [b, -a],
+                [b, -b],
+                [a, -b],
+                [a, b],
+                [b, b],
+                [b, a],
+                [-b, a],
+                [-b, b],
+                [-a, b],
+                [-a, -b],
+                [-b, -b],
+            ],
+            dtype=np.float64,
+        )
         radii, angles = np.hypot(pts[:, 0], pts[:, 1]), np.arctan2(pts[:, 1], pts[:, 0])
     angles = angles + angle
     return np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1)
@@ -63,8 +79,9 @@ def _shape_mask(kind: str, size: int, cx: float, cy: float, side: float, angle: 
 def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     base = rng.uniform(30, 225, 3)
     grid = rng.integers(3, 9)
-    blobs = cv2.resize(rng.normal(0, 35, (grid, grid, 3)).astype(np.float32), (size, size),
-                       interpolation=cv2.INTER_CUBIC)
+    blobs = cv2.resize(
+        rng.normal(0, 35, (grid, grid, 3)).astype(np.float32), (size, size), interpolation=cv2.INTER_CUBIC
+    )
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
     theta, freq = rng.uniform(0, math.pi), rng.uniform(0.05, 0.4)
     stripes = np.sin((xx * math.cos(theta) + yy * math.sin(theta)) * freq) * rng.uniform(0, 18)
@@ -76,7 +93,7 @@ def _lighting(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size - 0.5
     theta = rng.uniform(0, 2 * math.pi)
     gradient = (xx * math.cos(theta) + yy * math.sin(theta)) * rng.uniform(0, 0.6)
-    vignette = -(xx ** 2 + yy ** 2) * rng.uniform(0, 0.8)
+    vignette = -(xx**2 + yy**2) * rng.uniform(0, 0.8)
     img = img * (rng.uniform(0.7, 1.2) + gradient + vignette)[..., None]
     img = img + rng.normal(0, rng.uniform(2, 10), img.shape)
     if rng.random() < 0.3:
@@ -108,8 +125,10 @@ def render_image(
             if mask.sum() < 16:
                 continue
             hidden = np.bincount(owner[mask & (owner >= 0)], minlength=len(areas))
-            if all(vis >= MIN_VISIBLE * a for vis, a in zip(
-                    np.bincount(owner[owner >= 0], minlength=len(areas)) - hidden, areas)):
+            if all(
+                vis >= MIN_VISIBLE * a
+                for vis, a in zip(np.bincount(owner[owner >= 0], minlength=len(areas)) - hidden, areas)
+            ):
                 break
         else:
             continue
@@ -142,15 +161,19 @@ def _voc_xml(file_name: str, size: int, boxes: np.ndarray, classes: np.ndarray) 
         f"<xmax>{int(b[2])}</xmax><ymax>{int(b[3])}</ymax></bndbox></object>"
         for b, c in zip(boxes, classes)
     )
-    return (f"<annotation><folder>shapes</folder><filename>{file_name}</filename><size><width>{size}</width>"
-            f"<height>{size}</height><depth>3</depth></size>{objects}</annotation>\n")
+    return (
+        f"<annotation><folder>shapes</folder><filename>{file_name}</filename><size><width>{size}</width>"
+        f"<height>{size}</height><depth>3</depth></size>{objects}</annotation>\n"
+    )
 
 
 def default_description(fmt: str, root: str, name: str = "shapes") -> dict[str, Any]:
     """The dataset description (configs/*.json layout) of a generated shapes set at `root`."""
     if fmt == "coco":
-        splits = {"train": {"images": "train2017", "ann": "instances_train2017.json"},
-                  "val": {"images": "val2017", "ann": "instances_val2017.json"}}
+        splits = {
+            "train": {"images": "train2017", "ann": "instances_train2017.json"},
+            "val": {"images": "val2017", "ann": "instances_val2017.json"},
+        }
     elif fmt == "voc":
         splits = {"train": {"sets": [["2007", "train"]]}, "val": {"sets": [["2007", "val"]]}}
     else:
@@ -182,8 +205,16 @@ def _write_split(out: Path, cfg: dict[str, Any], split: str, params: dict[str, A
             images.append({"id": img_id, "file_name": file_name, "width": size, "height": size})
             for b, c in zip(boxes.tolist(), classes.tolist()):
                 w, h = b[2] - b[0], b[3] - b[1]
-                anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": c + 1,
-                             "bbox": [b[0], b[1], w, h], "area": w * h, "iscrowd": 0})
+                anns.append(
+                    {
+                        "id": len(anns) + 1,
+                        "image_id": img_id,
+                        "category_id": c + 1,
+                        "bbox": [b[0], b[1], w, h],
+                        "area": w * h,
+                        "iscrowd": 0,
+                    }
+                )
         else:
             stem = f"{split}_{i:06d}"
             _write_jpg(voc / "JPEGImages" / f"{stem}.jpg", img)
@@ -193,7 +224,8 @@ def _write_split(out: Path, cfg: dict[str, Any], split: str, params: dict[str, A
         (out / "annotations").mkdir(exist_ok=True)
         cats = [{"id": i + 1, "name": n_, "supercategory": "shape"} for i, n_ in enumerate(SHAPE_NAMES)]
         (out / "annotations" / cfg[split]["ann"]).write_text(
-            json.dumps({"images": images, "annotations": anns, "categories": cats}))
+            json.dumps({"images": images, "annotations": anns, "categories": cats})
+        )
     else:
         (voc / "ImageSets" / "Main" / f"{set_name}.txt").write_text("".join(s + "\n" for s in stems))
 

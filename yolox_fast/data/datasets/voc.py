@@ -1,4 +1,5 @@
 """VOCDetection: Pascal VOC XML annotations with ImageSets splits; several years/splits at once."""
+
 from __future__ import annotations
 
 import os
@@ -91,6 +92,11 @@ class VOCDetection(DetectionDataset):
         boxes_np = np.array(boxes, dtype=np.float32).reshape(-1, 4)
         keep = clip.clip(boxes_np, width, height, lambda k: f"{xml_path} object #{k}")
         return ImageRecord(
-            img_id=img_id, file=img_file, height=height, width=width, boxes=boxes_np[keep],
-            classes=np.array(classes, dtype=np.int64)[keep], difficult=np.array(difficult, dtype=bool)[keep],
+            img_id=img_id,
+            file=img_file,
+            height=height,
+            width=width,
+            boxes=boxes_np[keep],
+            classes=np.array(classes, dtype=np.int64)[keep],
+            difficult=np.array(difficult, dtype=bool)[keep],
         )

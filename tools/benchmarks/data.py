@@ -13,6 +13,7 @@ worker's /proc/<pid>/smaps the cache file's mapping gives RSS (what `top` would 
 shared pages in every worker) and PSS (each shared page split between the processes mapping it). The
 sum of PSS is the cache's real footprint, counted once, printed beside the cache size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,19 +39,32 @@ MODES = ("uncached", "ram", "disk")
 
 
 def _dataset(root: Path, size: int) -> COCODataset:
-    return COCODataset(str(root), "train2017", "instances_train2017.json", img_size=(size, size), name="bench")
+    return COCODataset(
+        str(root), "train2017", "instances_train2017.json", img_size=(size, size), name="bench"
+    )
 
 
 def _mosaic(dataset, size: int, exp: Exp) -> MosaicDetection:
     box_filter = (exp.box_min_size, exp.box_min_area_ratio, exp.box_max_aspect)
     return MosaicDetection(
-        dataset, (size, size), preproc=TrainTransform(exp.max_labels, exp.flip_prob, exp.hsv_prob, box_filter),
-        degrees=exp.degrees, translate=exp.translate, mosaic_scale=exp.mosaic_scale, mixup_scale=exp.mixup_scale,
-        shear=exp.shear, enable_mixup=True, mosaic_prob=1.0, mixup_prob=1.0, box_filter=box_filter,
+        dataset,
+        (size, size),
+        preproc=TrainTransform(exp.max_labels, exp.flip_prob, exp.hsv_prob, box_filter),
+        degrees=exp.degrees,
+        translate=exp.translate,
+        mosaic_scale=exp.mosaic_scale,
+        mixup_scale=exp.mixup_scale,
+        shear=exp.shear,
+        enable_mixup=True,
+        mosaic_prob=1.0,
+        mixup_prob=1.0,
+        box_filter=box_filter,
     )
 
 
-def _throughput(mosaics: dict[str, MosaicDetection], samples: int, warmup: int, rounds: int) -> dict[str, float]:
+def _throughput(
+    mosaics: dict[str, MosaicDetection], samples: int, warmup: int, rounds: int
+) -> dict[str, float]:
     """Best-of-`rounds` samples/s per mode; the modes take turns within each round, so load from other
     processes on a shared machine hits them alike. Every mode draws the same items."""
     n = len(next(iter(mosaics.values())))
@@ -95,12 +109,13 @@ def _memory(config: Path, size: int, workers: int, batch: int) -> list[Sequence]
     pss = sum(s.get("Pss", 0) for s in per_worker) / 1024
     private = sum(s.get("Private_Clean", 0) + s.get("Private_Dirty", 0) for s in per_worker) / 1024
     cache.path.unlink(missing_ok=True)
-    return [(f"{size}", f"{cache.nbytes / 2 ** 20:.1f}", workers, f"{rss:.1f}", f"{pss:.1f}", f"{private:.1f}")]
+    return [(f"{size}", f"{cache.nbytes / 2**20:.1f}", workers, f"{rss:.1f}", f"{pss:.1f}", f"{private:.1f}")]
 
 
 def main(argv: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(prog="benchmark.py data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="benchmark.py data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[416, 640], help="training input sizes")
     parser.add_argument("--images", type=int, default=128, help="synthetic images in the set")
     parser.add_argument("--image-size", type=int, default=640, help="side of the synthetic images")
@@ -116,8 +131,10 @@ def main(argv: Sequence[str]) -> None:
     shm = Path(tempfile.mkdtemp(prefix="yolox_fast_bench_", dir=str(cache_mod.SHM_DIR)))
     cache_mod.SHM_DIR = shm  # private cache folders, removed at the end
     try:
-        root = generate(default_description("coco", str(work / "shapes")),
-                        {"num_train": args.images, "num_val": 1, "size": args.image_size, "seed": 0})
+        root = generate(
+            default_description("coco", str(work / "shapes")),
+            {"num_train": args.images, "num_val": 1, "size": args.image_size, "seed": 0},
+        )
         exp = Exp()
         rows = []
         for size in args.sizes:
@@ -126,24 +143,52 @@ def main(argv: Sequence[str]) -> None:
                 dataset = _dataset(root, size)
                 if mode != "uncached":
                     start = time.perf_counter()
-                    dataset.attach_cache(build_cache(dataset, mode, cache_dir=str(work / "disk_cache"), strict=True))
+                    dataset.attach_cache(
+                        build_cache(dataset, mode, cache_dir=str(work / "disk_cache"), strict=True)
+                    )
                     build_s[mode] = f"{time.perf_counter() - start:.2f}"
                 mosaics[mode] = _mosaic(dataset, size, exp)
             rates = _throughput(mosaics, args.samples, args.warmup, args.rounds)
             for mosaic in mosaics.values():  # free /dev/shm before the next size
                 if mosaic.dataset.cache is not None:
                     mosaic.dataset.cache.path.unlink()
-            rows += [(size, mode, f"{rates[mode]:.1f}", f"{rates[mode] / rates['uncached']:.2f}x",
-                      build_s.get(mode, "-")) for mode in MODES]
-        print(f"\nmosaic+mixup samples/s per worker ({args.images} synthetic {args.image_size} px JPEGs, "
-              f"best of {args.rounds} rounds of {args.samples} samples)")
-        print(tabulate(rows, headers=("size", "cache", "samples/s", "vs uncached", "build s"), tablefmt="github"))
+            rows += [
+                (
+                    size,
+                    mode,
+                    f"{rates[mode]:.1f}",
+                    f"{rates[mode] / rates['uncached']:.2f}x",
+                    build_s.get(mode, "-"),
+                )
+                for mode in MODES
+            ]
+        print(
+            f"\nmosaic+mixup samples/s per worker ({args.images} synthetic {args.image_size} px JPEGs, "
+            f"best of {args.rounds} rounds of {args.samples} samples)"
+        )
+        print(
+            tabulate(
+                rows, headers=("size", "cache", "samples/s", "vs uncached", "build s"), tablefmt="github"
+            )
+        )
         mem_rows = []
         for size in args.sizes:
             mem_rows += _memory(root / "dataset.json", size, args.workers, args.batch)
         print(f"\nram cache memory with {args.workers} loader workers (two epochs read), MiB")
-        print(tabulate(mem_rows, headers=("size", "cache size", "workers", "sum RSS of cache", "sum PSS of cache",
-                                          "private copies"), tablefmt="github"))
+        print(
+            tabulate(
+                mem_rows,
+                headers=(
+                    "size",
+                    "cache size",
+                    "workers",
+                    "sum RSS of cache",
+                    "sum PSS of cache",
+                    "private copies",
+                ),
+                tablefmt="github",
+            )
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)

@@ -1,11 +1,14 @@
-"""Inference on raw images: load a model for inference, then letterbox + forward + NMS in batches.
+"""Inference: load a model for prediction, then letterbox -> forward -> NMS -> original pixels, in batches.
 
-Used by tools/demo.py, tools/eval.py, tools/export_onnx.py and the demo benchmark.
+The lowest layer that runs a trained model: the evaluators, the demo, the export check and the
+trainer's demo image all go through `detect_batch` (one timed forward + NMS) or `Predictor`.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -13,14 +16,85 @@ import torch.nn as nn
 from loguru import logger
 
 from yolox_fast.data.augment import PAD_VALUE, resize_keep_ratio
-from yolox_fast.evaluators.inference import Detections, autocast_context, to_original_coords
-from yolox_fast.utils.boxes import fuse_model, postprocess
+from yolox_fast.models.network_blocks import fuse_model
+from yolox_fast.utils.amp import autocast
+from yolox_fast.utils.boxes import postprocess
 from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights
+
+# (K, 6) float64 per image: x1, y1, x2, y2 in original image pixels, score = obj * cls_conf, class index
+Detections = np.ndarray
+
+
+def letterbox_ratio(img_size: Sequence[int], orig_hw: Sequence[float]) -> float:
+    """r = min(H / h, W / w): the scale the letterbox applied to an (h, w) image for input (H, W)."""
+    return min(img_size[0] / float(orig_hw[0]), img_size[1] / float(orig_hw[1]))
+
+
+def to_original_coords(
+    outputs: list[torch.Tensor | None], infos: Sequence[tuple[float, float]], img_size: Sequence[int]
+) -> list[Detections]:
+    """postprocess output (K, 7) [x1, y1, x2, y2, obj, cls_conf, cls] in input px -> (K, 6) per image.
+
+    Boxes are divided by the letterbox ratio, so they are in original image pixels; score = obj * cls_conf.
+    """
+    result = []
+    for out, hw in zip(outputs, infos):
+        if out is None or len(out) == 0:
+            result.append(np.zeros((0, 6), dtype=np.float64))
+            continue
+        out = out.detach().float().cpu().numpy().astype(np.float64)
+        dets = np.empty((len(out), 6), dtype=np.float64)
+        dets[:, :4] = out[:, :4] / letterbox_ratio(img_size, hw)
+        dets[:, 4] = out[:, 4] * out[:, 5]
+        dets[:, 5] = out[:, 6]
+        result.append(dets)
+    return result
+
+
+class TimedDetections(NamedTuple):
+    """What one batch gave: detections per image and the seconds its forward and its NMS took."""
+
+    detections: list[Detections]
+    forward_s: float
+    nms_s: float
+
+
+def _sync(device: torch.device) -> None:
+    # CUDA kernels are asynchronous: without a sync the forward time would land in the NMS time
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def detect_batch(
+    model: nn.Module,
+    batch: torch.Tensor,
+    orig_hw: Sequence[tuple[float, float]],
+    img_size: Sequence[int],
+    num_classes: int,
+    conf: float,
+    nms: float,
+    amp_dtype: torch.dtype | None = None,
+) -> TimedDetections:
+    """Forward a letterboxed batch (B, 3, H, W) on the model's device, score filter + NMS, boxes back to
+    each image's original pixels (`orig_hw`: (h, w) per image); timed separately, synchronised on CUDA."""
+    device = batch.device
+    _sync(device)
+    t0 = time.perf_counter()
+    with autocast(device, amp_dtype):
+        outputs = model(batch)
+    outputs = outputs.float()
+    _sync(device)
+    t1 = time.perf_counter()
+    kept = postprocess(outputs, num_classes, conf, nms)
+    _sync(device)
+    t2 = time.perf_counter()
+    return TimedDetections(to_original_coords(kept, orig_hw, img_size), t1 - t0, t2 - t1)
 
 
 def load_inference_model(
-    exp, ckpt_path: Optional[str], device: torch.device | str = "cpu", fuse: bool = False
-) -> Tuple[nn.Module, Tuple[str, ...]]:
+    exp, ckpt_path: str | None, device: torch.device | str = "cpu", fuse: bool = False
+) -> tuple[nn.Module, tuple[str, ...]]:
     """exp's model in eval mode on `device` with the checkpoint's weights (strictly), and class names.
 
     Class names come from the checkpoint's "class_names" when it has them, else from the exp
@@ -28,7 +102,7 @@ def load_inference_model(
     initialisation (only useful to try a pipeline; logged as a warning).
     """
     model = exp.get_model()
-    ckpt: Dict[str, Any] = {}
+    ckpt: dict[str, Any] = {}
     if ckpt_path:
         ckpt = load_checkpoint(ckpt_path, map_location="cpu")
         try:
@@ -49,7 +123,7 @@ def load_inference_model(
     return model, resolve_class_names(exp, ckpt)
 
 
-def resolve_class_names(exp, ckpt: Dict[str, Any]) -> Tuple[str, ...]:
+def resolve_class_names(exp, ckpt: dict[str, Any]) -> tuple[str, ...]:
     """Checkpoint's "class_names", else the exp's, else numbered names (warned)."""
     names = ckpt.get("class_names")
     if not names:
@@ -71,10 +145,11 @@ class Predictor:
     Each image is letterboxed to `test_size` (H, W) (as `data.augment.preproc`) so a batch stacks into
     one (B, 3, H, W) tensor; `predict` returns, per image, (K, 6) [x1, y1, x2, y2, score, class] in that
     image's pixels. `forward_s` / `nms_s` / `num_images` accumulate timing for throughput reports.
+    `amp_dtype`: autocast dtype (see utils.amp.amp_dtype), None for fp32.
     `channels_last` converts the model to NHWC memory format, which oneDNN (CPU) and tensor cores
     (CUDA) run faster (about 1.3x for nano on CPU), but whose kernels depend on the batch size: an
     image's boxes then differ between batch sizes by fp32 rounding (up to ~1e-3 px), whereas the
-    default NCHW path gives the same boxes at any batch size (within 1e-4 px).
+    default NCHW path gives the same boxes at any batch size up to float rounding.
     """
 
     def __init__(
@@ -85,7 +160,7 @@ class Predictor:
         conf: float,
         nms: float,
         device: torch.device | str = "cpu",
-        half: bool = False,
+        amp_dtype: torch.dtype | None = None,
         channels_last: bool = False,
     ) -> None:
         self.model = model.eval()
@@ -96,7 +171,7 @@ class Predictor:
         self.conf = conf
         self.nms = nms
         self.device = torch.device(device)
-        self.half = half
+        self.amp_dtype = amp_dtype
         self.forward_s = 0.0
         self.nms_s = 0.0
         self.num_images = 0
@@ -115,22 +190,21 @@ class Predictor:
         nchw_view = torch.from_numpy(batch).to(self.device, non_blocking=True).permute(0, 3, 1, 2)
         return nchw_view.contiguous(memory_format=self.memory_format).float()
 
-    @torch.inference_mode()
-    def predict(self, images: Sequence[np.ndarray]) -> List[Detections]:
+    def predict(self, images: Sequence[np.ndarray]) -> list[Detections]:
         """Detections per image, (K, 6) float64 in original pixels (K may be 0)."""
         if not images:
             return []
-        batch = self.preprocess(images)
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
-        t0 = time.perf_counter()
-        with autocast_context(self.device, self.half):
-            outputs = self.model(batch)
-        outputs = outputs.float()
-        sync()
-        t1 = time.perf_counter()
-        outputs = postprocess(outputs, self.num_classes, self.conf, self.nms)
-        sync()
-        self.forward_s += t1 - t0
-        self.nms_s += time.perf_counter() - t1
+        out = detect_batch(
+            self.model,
+            self.preprocess(images),
+            [img.shape[:2] for img in images],
+            self.test_size,
+            self.num_classes,
+            self.conf,
+            self.nms,
+            self.amp_dtype,
+        )
+        self.forward_s += out.forward_s
+        self.nms_s += out.nms_s
         self.num_images += len(images)
-        return to_original_coords(outputs, [img.shape[:2] for img in images], self.test_size)
+        return out.detections

@@ -9,23 +9,25 @@ process on the same images, interleaved over several rounds, and the best round 
 a machine whose load changes; the range column shows the spread. Weights are random (throughput does
 not depend on them, except for the NMS share).
 """
+
 from __future__ import annotations
 
 import argparse
 import time
-from typing import List, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from loguru import logger
 from tabulate import tabulate
 
-from yolox_fast.core.predictor import Predictor
 from yolox_fast.exp import get_exp
-from yolox_fast.utils.boxes import fuse_model
+from yolox_fast.inference import Predictor
+from yolox_fast.models.network_blocks import fuse_model
+from yolox_fast.utils.amp import amp_dtype
 
 
-def make_images(n: int, seed: int = 0) -> List[np.ndarray]:
+def make_images(n: int, seed: int = 0) -> list[np.ndarray]:
     """`n` random BGR images of camera-like sizes (480x640 and 720x1280 alternating)."""
     rng = np.random.default_rng(seed)
     sizes = [(480, 640, 3), (720, 1280, 3)]
@@ -64,7 +66,16 @@ def main(argv=None) -> None:
     model.to(device)
     layouts = [False] if args.no_channels_last else [False, True]
     predictors = {
-        cl: Predictor(model, exp.num_classes, (args.tsize, args.tsize), 0.3, 0.45, device, args.fp16, cl)
+        cl: Predictor(
+            model,
+            exp.num_classes,
+            (args.tsize, args.tsize),
+            0.3,
+            0.45,
+            device,
+            amp_dtype(device, fp16=args.fp16),
+            cl,
+        )
         for cl in layouts
     }
     step = max(args.batch_sizes)
@@ -93,6 +104,7 @@ def main(argv=None) -> None:
         rows.append((layout, b, f"{ips:.1f}", spread, f"{1000 / ips:.1f}", f"{ips / base:.2f}x"))
     headers = ("layout", "batch", "images/s", "range", "ms/image", f"vs NCHW batch {args.batch_sizes[0]}")
     print(tabulate(rows, headers=headers))
+
 
 if __name__ == "__main__":
     main()

@@ -1,33 +1,31 @@
-"""Run a detector over an eval loader and collect per-image detections, across ranks.
+"""DetectionEvaluator: what the COCO and VOC evaluators share.
 
-Both evaluators share this: batched forward, `postprocess`, boxes mapped back to original image
-coordinates, and the distributed protocol (each rank its own shard, everything gathered to rank 0,
-rank 0 scores, the result broadcast so every rank returns the same numbers).
+Batched inference over the eval loader (`inference.detect_batch`: forward, NMS, boxes back to
+original pixels) and the distributed protocol: each rank its own shard, everything gathered to rank 0,
+rank 0 scores, the result broadcast so every rank returns the same numbers.
 """
+
 from __future__ import annotations
 
-import contextlib
-import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 from loguru import logger
 
+from yolox_fast.inference.predictor import Detections, detect_batch
 from yolox_fast.utils import dist as dist_utils
-from yolox_fast.utils.boxes import postprocess
-
-# (K, 6) float64 per image: x1, y1, x2, y2 in original image pixels, score = obj * cls_conf, class index
-Detections = np.ndarray
+from yolox_fast.utils.amp import amp_dtype
 
 
 @dataclass
 class InferenceResult:
     """What one pass over (a shard of) the eval set produced."""
 
-    detections: Dict[Any, Detections] = field(default_factory=dict)  # image id -> (K, 6)
+    detections: dict[Any, Detections] = field(default_factory=dict)  # image id -> (K, 6)
     forward_s: float = 0.0  # model forward time, summed over batches
     nms_s: float = 0.0  # postprocess (confidence filter + NMS) time, summed
     num_images: int = 0
@@ -41,26 +39,7 @@ class InferenceResult:
         )
 
 
-def letterbox_ratio(img_size: Sequence[int], orig_hw: Sequence[int]) -> float:
-    """r = min(H / h, W / w): the scale the letterbox applied to an (h, w) image for input (H, W)."""
-    return min(img_size[0] / float(orig_hw[0]), img_size[1] / float(orig_hw[1]))
-
-
-def autocast_context(device: torch.device, half: bool):
-    """fp16 autocast on CUDA, bf16 on CPU (CPU fp16 convolutions are slow or missing); no-op if not half."""
-    if not half:
-        return contextlib.nullcontext()
-    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def _sync(device: torch.device) -> None:
-    # CUDA kernels are asynchronous: without a sync the forward time would land in the NMS time
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _split_info(img_info: Any, batch_size: int) -> List[Tuple[float, float]]:
+def _split_info(img_info: Any, batch_size: int) -> list[tuple[float, float]]:
     """(orig_h, orig_w) per image from whatever the default collate made of the per-item tuples.
 
     Default collate turns B tuples (h, w) into [h (B,), w (B,)]; a custom collate may keep a list of
@@ -81,35 +60,13 @@ def _split_info(img_info: Any, batch_size: int) -> List[Tuple[float, float]]:
     return infos
 
 
-def _split_ids(img_ids: Any) -> List[Any]:
+def _split_ids(img_ids: Any) -> list[Any]:
     """Image ids as plain Python scalars (ints for numeric ids, so they pickle and hash simply)."""
     if isinstance(img_ids, (torch.Tensor, np.ndarray)):
         return [x.item() if hasattr(x, "item") else x for x in np.asarray(img_ids).reshape(-1)]
     return [x.item() if hasattr(x, "item") else x for x in img_ids]
 
 
-def to_original_coords(
-    outputs: List[torch.Tensor | None], infos: Sequence[Tuple[float, float]], img_size: Sequence[int]
-) -> List[Detections]:
-    """postprocess output (K, 7) [x1, y1, x2, y2, obj, cls_conf, cls] in input px -> (K, 6) per image.
-
-    Boxes are divided by the letterbox ratio, so they are in original image pixels; score = obj * cls_conf.
-    """
-    result = []
-    for out, hw in zip(outputs, infos):
-        if out is None or len(out) == 0:
-            result.append(np.zeros((0, 6), dtype=np.float64))
-            continue
-        out = out.detach().float().cpu().numpy().astype(np.float64)
-        dets = np.empty((len(out), 6), dtype=np.float64)
-        dets[:, :4] = out[:, :4] / letterbox_ratio(img_size, hw)
-        dets[:, 4] = out[:, 4] * out[:, 5]
-        dets[:, 5] = out[:, 6]
-        result.append(dets)
-    return result
-
-
-@torch.no_grad()
 def run_inference(
     model: nn.Module,
     dataloader: Iterable,
@@ -122,31 +79,22 @@ def run_inference(
     """Detections of `model` for every image of this rank's loader (B images per forward).
 
     The loader yields (imgs (B, 3, H, W) float32 letterboxed to `img_size`, targets, img_info
-    (orig_h, orig_w) per image, img_ids). The model is put in eval mode and left there.
+    (orig_h, orig_w) per image, img_ids). `half`: autocast (fp16 on CUDA, bf16 on CPU). The model is
+    put in eval mode and left there.
     """
     model.eval()
     device = next(model.parameters()).device
+    dtype = amp_dtype(device, fp16=half)
     result = InferenceResult()
     for imgs, _, img_info, img_ids in dataloader:
         ids = _split_ids(img_ids)
         infos = _split_info(img_info, len(ids))
         imgs = imgs.to(device, non_blocking=True).float()
-
-        _sync(device)
-        t0 = time.perf_counter()
-        with autocast_context(device, half):
-            outputs = model(imgs)
-        outputs = outputs.float()
-        _sync(device)
-        t1 = time.perf_counter()
-        outputs = postprocess(outputs, num_classes, confthre, nmsthre)
-        _sync(device)
-        t2 = time.perf_counter()
-
-        result.forward_s += t1 - t0
-        result.nms_s += t2 - t1
+        out = detect_batch(model, imgs, infos, img_size, num_classes, confthre, nmsthre, dtype)
+        result.forward_s += out.forward_s
+        result.nms_s += out.nms_s
         result.num_images += len(ids)
-        for img_id, dets in zip(ids, to_original_coords(outputs, infos, img_size)):
+        for img_id, dets in zip(ids, out.detections):
             if img_id in result.detections:
                 raise RuntimeError(f"image id {img_id!r} appears twice in this rank's eval loader")
             result.detections[img_id] = dets
@@ -247,11 +195,11 @@ class DetectionEvaluator:
         self.nmsthre = nmsthre
         self.num_classes = num_classes
         self.class_names = class_names
-        self.last_result: Dict[str, Any] = {}
+        self.last_result: dict[str, Any] = {}
 
     def evaluate(
         self, model: nn.Module, distributed: bool = False, half: bool = False, speed_only: bool = False
-    ) -> Tuple[float, float, str]:
+    ) -> tuple[float, float, str]:
         """(ap50_95, ap50, summary text) on the whole eval set; the same values on every rank.
 
         `distributed`: this rank's loader holds one shard; detections are gathered to rank 0, scored
@@ -269,7 +217,7 @@ class DetectionEvaluator:
         )
         return self.last_result["ap50_95"], self.last_result["ap50"], self.last_result["summary"]
 
-    def _score_with_timing(self, merged: InferenceResult, speed_only: bool) -> Dict[str, Any]:
+    def _score_with_timing(self, merged: InferenceResult, speed_only: bool) -> dict[str, Any]:
         timing = merged.timing_text()
         logger.info(timing)
         base = {"num_images": len(merged.detections), "timing": timing}
@@ -278,5 +226,5 @@ class DetectionEvaluator:
         result = self.score(merged)
         return {**base, **result, "summary": f"{timing}\n{result['summary']}"}
 
-    def score(self, merged: InferenceResult) -> Dict[str, Any]:
+    def score(self, merged: InferenceResult) -> dict[str, Any]:
         raise NotImplementedError

@@ -24,84 +24,22 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 
 import torch
 from loguru import logger
 from tabulate import tabulate
 
-from yolox_fast.models.simota import simota_assign, simota_assign_reference
+from yolox_fast.models.simota import simota_assign
+from yolox_fast.models.simota_reference import simota_assign_reference
 
-STRIDES = (8, 16, 32)
-
-
-def anchor_grid(size: int, device="cpu"):
-    """Anchor centres (A, 2) px and strides (A,) of a size x size input, YOLOX's level/row-major order."""
-    points, strides = [], []
-    for s in STRIDES:
-        n = size // s
-        ys, xs = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
-        grid = torch.stack([xs, ys], dim=-1).reshape(-1, 2).float()
-        points.append((grid + 0.5) * s)
-        strides.append(torch.full((n * n,), float(s)))
-    return torch.cat(points).to(device), torch.cat(strides).to(device)
-
-
-def make_inputs(
-    num_images: int,
-    size: int,
-    num_classes: int = 80,
-    min_gt: int = 5,
-    max_gt: int = 40,
-    pad_to: int = 120,
-    seed: int = 0,
-    device="cpu",
-) -> dict[str, torch.Tensor]:
-    """Random batch in `simota_assign`'s argument layout (see the module docstring for the recipe)."""
-    gen = torch.Generator().manual_seed(seed)
-    points, strides = anchor_grid(size)
-    num_anchors = points.shape[0]
-    counts = torch.randint(min_gt, max_gt + 1, (num_images,), generator=gen)
-    gt_mask = torch.arange(pad_to)[None] < counts[:, None]  # (N, G)
-    wh = torch.exp(
-        torch.empty(num_images, pad_to, 2).uniform_(math.log(6), math.log(size * 0.6), generator=gen)
-    )
-    centre = torch.rand(num_images, pad_to, 2, generator=gen) * size
-    gt_boxes = torch.cat([centre, wh], dim=-1) * gt_mask[..., None]
-    gt_classes = torch.randint(0, num_classes, (num_images, pad_to), generator=gen) * gt_mask
-
-    # Each anchor "belongs" to the valid GT whose centre is nearest in units of that GT's size.
-    near_dist = torch.empty(num_images, num_anchors)
-    near = torch.empty(num_images, num_anchors, dtype=torch.long)
-    for i in range(num_images):  # per image: (A, G, 2) at a time
-        rel = (points[:, None] - centre[i, None]) / wh[i, None]
-        dist = rel.abs().amax(-1).masked_fill(~gt_mask[i, None], float("inf"))
-        torch.min(dist, dim=-1, out=(near_dist[i], near[i]))
-    inside = near_dist < 0.5
-    near_wh = torch.gather(wh, 1, near[..., None].expand(-1, -1, 2))
-    jitter = torch.randn(num_images, num_anchors, 4, generator=gen)
-    pred_xy = points[None] + jitter[..., :2] * strides[None, :, None] * 0.7
-    fallback_wh = strides[None, :, None] * torch.exp(1.0 + 0.5 * jitter[..., 2:])
-    pred_wh = torch.where(inside[..., None], near_wh * torch.exp(0.3 * jitter[..., 2:]), fallback_wh)
-    cls_logits = torch.randn(num_images, num_anchors, num_classes, generator=gen) * 1.5 - 5.0
-    near_cls = torch.gather(gt_classes, 1, near)
-    boost = inside.float() * (2.0 + 2.0 * torch.rand(num_images, num_anchors, generator=gen))
-    cls_logits.scatter_add_(2, near_cls[..., None], boost[..., None])
-    obj_logits = torch.randn(num_images, num_anchors, 1, generator=gen) * 2.0 - 4.0 + 4.0 * inside[..., None]
-    batch = {
-        "pred_boxes": torch.cat([pred_xy, pred_wh], -1),
-        "cls_logits": cls_logits,
-        "obj_logits": obj_logits,
-        "anchor_points": points,
-        "strides": strides,
-        "gt_boxes": gt_boxes,
-        "gt_classes": gt_classes,
-        "gt_mask": gt_mask,
-    }
-    return {k: v.to(device) for k, v in batch.items()}
+# The benchmark times the assigner on the same training-shaped batches the tests check it on.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from simota_inputs import make_inputs  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -123,7 +61,7 @@ def time_call(fn: Callable[[], object], device: torch.device, repeats: int) -> f
     return min(times)
 
 
-class _CpuPeak:
+class CpuPeak:
     """Resident-set high-water mark of this process above its level at `start()` (see module docstring)."""
 
     def __init__(self) -> None:
@@ -150,7 +88,7 @@ class _CpuPeak:
         return (self._status_kib("VmHWM:") - self.base) * 1024
 
 
-def peak_bytes(fn: Callable[[], object], device: torch.device, cpu_peak: _CpuPeak | None) -> int:
+def peak_bytes(fn: Callable[[], object], device: torch.device, cpu_peak: CpuPeak | None) -> int:
     """Extra memory at the peak of one call of fn."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -200,7 +138,7 @@ def run_table(
                 ref = time_call(partial(simota_assign_reference, **batch), device, ref_repeats)
             timed[(size, n)] = (ref, fast, estimate)
             logger.info(f"{size} px N={n}: reference {ref:.4f} s, batched {fast:.4f} s")
-    cpu_peak = _CpuPeak() if device.type == "cpu" else None
+    cpu_peak = CpuPeak() if device.type == "cpu" else None
     for size in sizes:
         batch_all = make_inputs(max(batch_sizes), size, num_classes, device=device)
         for n in batch_sizes:
@@ -229,7 +167,7 @@ def run_table(
 def run_budget(device: torch.device, budget: int, num_classes: int) -> None:
     """N=256, 640 px, 120 GTs per image under a max_bytes budget: time and measured peak."""
     batch = make_inputs(256, 640, num_classes, min_gt=120, max_gt=120, device=device)
-    cpu_peak = _CpuPeak() if device.type == "cpu" else None
+    cpu_peak = CpuPeak() if device.type == "cpu" else None
     t0 = time.perf_counter()
     result = simota_assign(**batch, max_bytes=budget)
     _sync(device)
@@ -294,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.max_bytes,
     )
     print(
-        f"SimOTA on {device} ({torch.get_num_threads()} threads), {args.classes} classes, 5-40 GTs padded to 120"
+        f"SimOTA on {device} ({torch.get_num_threads()} threads), {args.classes} classes, "
+        "5-40 GTs padded to 120"
     )
     print(
         tabulate(

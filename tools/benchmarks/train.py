@@ -1,0 +1,215 @@
+"""Training throughput of YOLOX-Nano: batched SimOTA against the per-image reference assigner, same run.
+
+    python tools/benchmark.py train                       # CPU: batch 8 and 32 at 416 px
+    python tools/benchmark.py train --fp16                # CUDA: batch 64 and 256, fp16 autocast + GradScaler
+
+Each timed iteration is a full training step (forward, SimOTA, loss, backward, SGD step) on random
+images with realistic random ground truth (5-40 boxes per image, 80 classes); data loading is left
+out so that the figures isolate what the assigner changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from tabulate import tabulate
+
+from benchmarks.simota import CpuPeak, peak_bytes
+from yolox_fast.exp import get_exp
+from yolox_fast.models.losses import yolox_loss
+from yolox_fast.models.simota import simota_assign
+from yolox_fast.models.simota_reference import simota_assign_reference
+from yolox_fast.utils import amp
+
+ASSIGNERS = {"batched": simota_assign, "reference": simota_assign_reference}
+
+
+def timed_loss(assigner, loss_seconds: list, sync):
+    """A head `loss_fn`: the YOLOX loss with `assigner`, appending the wall time of each call
+    (assignment + loss forward) to `loss_seconds`."""
+
+    def loss_fn(*args, **kwargs):
+        sync()
+        t0 = time.perf_counter()
+        out = yolox_loss(*args, assigner=assigner, **kwargs)
+        sync()
+        loss_seconds.append(time.perf_counter() - t0)
+        return out
+
+    return loss_fn
+
+
+def random_targets(
+    batch: int, size: int, num_classes: int, gen: torch.Generator, max_labels: int = 120
+) -> torch.Tensor:
+    """(B, max_labels, 5) [cls, cx, cy, w, h] px: 5-40 boxes per image, 8 px to half the image,
+    zero-padded."""
+    targets = torch.zeros(batch, max_labels, 5)
+    for i in range(batch):
+        n = int(torch.randint(5, 41, (1,), generator=gen))
+        wh = torch.empty(n, 2).uniform_(8, size / 2, generator=gen)
+        centre = torch.rand(n, 2, generator=gen) * (size - wh) + wh / 2
+        targets[i, :n, 0] = torch.randint(0, num_classes, (n,), generator=gen).float()
+        targets[i, :n, 1:3] = centre
+        targets[i, :n, 3:5] = wh
+    return targets
+
+
+def measure(
+    args, batch: int, which: str, device: torch.device, amp_dtype: torch.dtype | None
+) -> dict[str, float]:
+    """Seconds per training step, the share of it spent in assignment + loss forward, and peak CUDA
+    memory, with `which` assigner at batch `batch`."""
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes = args.num_classes
+    torch.manual_seed(0)
+    model = exp.get_model().to(device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, nesterov=True)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
+    gen = torch.Generator().manual_seed(batch)
+    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
+    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
+
+    def step() -> None:
+        with amp.autocast(device, amp_dtype):
+            loss = model(imgs, targets)["total_loss"]
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    loss_seconds: list[float] = []
+    model.head.loss_fn = timed_loss(ASSIGNERS[which], loss_seconds, sync)
+    for _ in range(args.warmup):
+        step()
+    sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    loss_seconds.clear()
+    t0 = time.perf_counter()
+    for _ in range(args.iters):
+        step()
+    sync()
+    seconds = (time.perf_counter() - t0) / args.iters
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
+    loss_share = sum(loss_seconds) / args.iters / seconds
+    return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak, "loss_share": loss_share}
+
+
+def grad_checkpoint_peak(args, batch: int, enabled: bool, device: torch.device, amp_dtype) -> int:
+    """Extra memory (bytes) at the peak of one forward + backward at `batch`, checkpointing on or off."""
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes = args.num_classes
+    torch.manual_seed(0)
+    model = exp.get_model().to(device).train()
+    model.set_grad_checkpointing(enabled)
+    gen = torch.Generator().manual_seed(batch)
+    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
+    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
+
+    def step() -> None:
+        with amp.autocast(device, amp_dtype):
+            loss = model(imgs, targets)["total_loss"]
+        loss.backward()
+        model.zero_grad(set_to_none=False)
+
+    step()  # gradients allocated, kernels chosen: the peak below is the activations'
+    return peak_bytes(step, device, None if device.type == "cuda" else CpuPeak())
+
+
+def print_grad_checkpoint_saving(args, batches, device: torch.device, amp_dtype) -> None:
+    rows = []
+    for batch in batches:
+        plain = grad_checkpoint_peak(args, batch, False, device, amp_dtype) / 2**20
+        ckpt = grad_checkpoint_peak(args, batch, True, device, amp_dtype) / 2**20
+        rows.append(
+            [
+                batch,
+                f"{plain:.0f}",
+                f"{ckpt:.0f}",
+                f"{plain / batch:.1f}",
+                f"{ckpt / batch:.1f}",
+                f"{ckpt / plain:.2f}",
+            ]
+        )
+    kind = "CUDA allocated" if device.type == "cuda" else "CPU resident-set high-water"
+    print(f"YOLOX-Nano forward + backward at {args.size} px, peak extra memory ({kind}), MiB")
+    print(
+        tabulate(
+            rows,
+            headers=["batch", "plain", "checkpointed", "plain/img", "checkpointed/img", "ratio"],
+            tablefmt="github",
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser("python tools/benchmark.py train")
+    parser.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=None, help="default: 8 32 on CPU, 64 256 on CUDA"
+    )
+    parser.add_argument("--size", type=int, default=416)
+    parser.add_argument("--num-classes", type=int, default=80)
+    parser.add_argument(
+        "--iters", type=int, default=None, help="timed steps per setting (default 4 CPU, 20 CUDA)"
+    )
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", action="store_true", help="fp16 autocast + GradScaler (bf16 on CPU)")
+    precision.add_argument("--bf16", action="store_true")
+    parser.add_argument(
+        "--grad-checkpoint",
+        action="store_true",
+        help="instead: peak memory of one step with and without activation checkpointing",
+    )
+    args = parser.parse_args(argv)
+
+    device = torch.device(
+        "cuda" if (args.device == "auto" and torch.cuda.is_available()) or args.device == "cuda" else "cpu"
+    )
+    batches = args.batch_sizes or ([64, 256] if device.type == "cuda" else [8, 32])
+    args.iters = args.iters or (20 if device.type == "cuda" else 4)
+    amp_dtype = amp.amp_dtype(device, fp16=args.fp16, bf16=args.bf16)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    if args.grad_checkpoint:
+        print_grad_checkpoint_saving(args, batches, device, amp_dtype)
+        return
+
+    rows = []
+    for batch in batches:
+        ref = measure(args, batch, "reference", device, amp_dtype)
+        fast = measure(args, batch, "batched", device, amp_dtype)
+        for name, r in (("reference (per image)", ref), ("batched simota_assign", fast)):
+            rows.append(
+                [
+                    batch,
+                    name,
+                    f"{r['s_per_iter']:.3f}",
+                    f"{r['img_s']:.1f}",
+                    f"{r['img_s'] / ref['img_s']:.2f}x",
+                    f"{100 * r['loss_share']:.1f}%",
+                    "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}",
+                ]
+            )
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads"
+    )
+    precision = str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32"
+    print(
+        f"YOLOX-Nano training step at {args.size} px, {args.num_classes} classes, {where}, {precision}, "
+        f"{args.iters} timed steps after {args.warmup} warm-up"
+    )
+    print(
+        tabulate(
+            rows,
+            headers=["batch", "assigner", "s/iter", "img/s", "vs reference", "assign+loss share", "peak MiB"],
+            tablefmt="github",
+        )
+    )

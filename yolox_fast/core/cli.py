@@ -1,0 +1,33 @@
+"""What the command-line tools share: the -f/-n/-c/-expn flags and building the exp they name."""
+
+from __future__ import annotations
+
+import argparse
+
+from yolox_fast.exp import get_exp
+
+
+def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str) -> None:
+    """Add YOLOX's -expn, -n, -f and -c flags to `parser`."""
+    parser.add_argument(
+        "-expn",
+        "--experiment-name",
+        type=str,
+        default=None,
+        help="output sub-folder name (default: the exp's exp_name)",
+    )
+    parser.add_argument("-n", "--name", type=str, default=None, help="model-zoo name, e.g. yolox-s")
+    parser.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
+    parser.add_argument("-c", "--ckpt", type=str, default=None, help=ckpt_help)
+
+
+def build_exp(args: argparse.Namespace):
+    """The exp of -f/-n with the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, and
+    --tsize when the tool has it."""
+    exp = get_exp(args.exp_file, args.name)
+    exp.merge(args.opts)
+    if args.experiment_name:
+        exp.exp_name = args.experiment_name
+    if getattr(args, "tsize", None) is not None:
+        exp.test_size = (args.tsize, args.tsize)
+    return exp

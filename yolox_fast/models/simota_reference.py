@@ -1,0 +1,107 @@
+"""The per-image, per-GT SimOTA loop, written like official YOLOX: the oracle `simota_assign` is tested
+against and the baseline the benchmarks time it against. Not used in training."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from yolox_fast.models.simota import (
+    IOU_EPS,
+    OUT_OF_WINDOW_COST,
+    SimOTAResult,
+    _check_classes,
+    _class_prob,
+    _prepare,
+)
+from yolox_fast.utils.boxes import bboxes_iou
+
+
+@torch.no_grad()
+def simota_assign_reference(
+    pred_boxes: torch.Tensor,
+    cls_logits: torch.Tensor,
+    obj_logits: torch.Tensor,
+    anchor_points: torch.Tensor,
+    strides: torch.Tensor,
+    gt_boxes: torch.Tensor,
+    gt_classes: torch.Tensor,
+    gt_mask: torch.Tensor,
+    *,
+    center_radius: float = 1.5,
+    topk: int = 10,
+    iou_weight: float = 3.0,
+    max_bytes: int | None = None,
+) -> SimOTAResult:
+    """Per-image, per-GT SimOTA written like official YOLOX (explicit (G, U, C) BCE); same I/O as
+    `simota_assign` (`max_bytes` is accepted and ignored). For tests and benchmarks."""
+    del max_bytes
+    with torch.autocast(pred_boxes.device.type, enabled=False):
+        pred_boxes, obj_logits, gt_boxes, gt_valid = _prepare(
+            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight
+        )
+        num_images, num_anchors, num_classes = cls_logits.shape
+        _check_classes(gt_classes, gt_valid, num_classes)
+        device = pred_boxes.device
+        fg_mask = torch.zeros(num_images, num_anchors, dtype=torch.bool, device=device)
+        matched_gt = torch.zeros(num_images, num_anchors, dtype=torch.long, device=device)
+        matched_iou = torch.zeros(num_images, num_anchors, dtype=torch.float32, device=device)
+        ax, ay = anchor_points[:, 0].float(), anchor_points[:, 1].float()
+        center_dist = strides.float() * center_radius  # (A,)
+        for n in range(num_images):
+            gt_idx = gt_valid[n].nonzero()[:, 0]
+            if gt_idx.numel() == 0:
+                continue
+            gt = gt_boxes[n, gt_idx]  # (G, 4)
+            # Official window test: every centre delta strictly positive.
+            deltas = torch.stack(
+                [
+                    ax - (gt[:, 0:1] - center_dist),
+                    ay - (gt[:, 1:2] - center_dist),
+                    (gt[:, 0:1] + center_dist) - ax,
+                    (gt[:, 1:2] + center_dist) - ay,
+                ],
+                dim=2,
+            )  # (G, A, 4)
+            in_window = deltas.min(dim=-1).values > 0.0  # (G, A)
+            is_candidate = in_window.any(dim=0)  # (A,)
+            if not bool(is_candidate.any()):
+                continue
+            window = in_window[:, is_candidate]  # (G, U)
+            anchors = is_candidate.nonzero()[:, 0]  # (U,)
+            boxes = pred_boxes[n, anchors]
+            p = _class_prob(cls_logits[n, anchors].float(), obj_logits[n, anchors, None])  # (U, C)
+            bad = torch.isnan(p).any(dim=1) | ~torch.isfinite(boxes).all(dim=1)
+            p[bad] = 0.0  # any value in [0, 1]; their cost is set to inf below
+            ious = bboxes_iou(gt, boxes, xyxy=False)  # (G, U)
+            ious[:, bad] = 0.0
+            num_gt, num_cand = ious.shape
+            onehot = F.one_hot(gt_classes[n, gt_idx].long(), num_classes).float()
+            # Materialised (G, U, C) like YOLOX: the memory the batched version avoids.
+            cls_cost = F.binary_cross_entropy(
+                p.unsqueeze(0).repeat(num_gt, 1, 1),
+                onehot.unsqueeze(1).repeat(1, num_cand, 1),
+                reduction="none",
+            ).sum(-1)
+            cost = cls_cost + iou_weight * -torch.log(ious + IOU_EPS) + OUT_OF_WINDOW_COST * (~window)
+            cost[:, bad] = float("inf")
+
+            top_ious = torch.topk(ious, min(topk, num_cand), dim=1).values
+            dynamic_k = torch.clamp(top_ious.sum(1).int(), min=1)
+            matching = torch.zeros_like(cost, dtype=torch.bool)
+            for g in range(num_gt):
+                _, pos = torch.topk(cost[g], k=int(dynamic_k[g]), largest=False)
+                matching[g, pos[torch.isfinite(cost[g, pos])]] = True
+            takers = matching.sum(0)
+            multiple = takers > 1
+            if bool(multiple.any()):
+                _, cost_argmin = torch.min(cost[:, multiple], dim=0)
+                matching[:, multiple] = False
+                matching[cost_argmin, multiple] = True
+            fg = takers > 0
+            owner = matching[:, fg].int().argmax(0)
+            fg_anchors = anchors[fg]
+            fg_mask[n, fg_anchors] = True
+            matched_gt[n, fg_anchors] = gt_idx[owner]
+            matched_iou[n, fg_anchors] = ious[owner, fg.nonzero()[:, 0]]
+        return SimOTAResult(fg_mask, matched_gt, matched_iou, int(fg_mask.sum()))
