@@ -227,3 +227,69 @@ def test_generate_writes_a_usable_description(tmp_path):
     cfg = load_dataset_config(root / "dataset.json")
     assert cfg["root"] == str(root) and "synthetic" not in cfg
     assert len(VOCDetection(cfg["root"], cfg["val"]["sets"], cfg["class_names"])) == 1
+
+
+def _four_class_coco(src: str, dst: Path) -> Path:
+    """A copy of a generated COCO set with the user's own 4 categories, non-contiguous ids 3, 7, 11, 20
+    (shapes of the other two kinds dropped), as a user's own data would have."""
+    shutil.copytree(src, dst)
+    ids = {1: 3, 2: 7, 3: 11, 4: 20}
+    names = {3: "disc", 7: "box", 11: "wedge", 20: "sparkle"}
+    for split in ("train", "val"):
+        path = dst / "annotations" / f"instances_{split}2017.json"
+        data = json.loads(path.read_text())
+        data["categories"] = [{"id": i, "name": n, "supercategory": "x"} for i, n in names.items()]
+        data["annotations"] = [
+            {**a, "category_id": ids[a["category_id"]]}
+            for a in data["annotations"]
+            if a["category_id"] in ids
+        ]
+        path.write_text(json.dumps(data))
+    return dst
+
+
+def test_data_dir_on_the_coco_description_takes_the_sets_own_categories(tiny_shapes_coco, tmp_path):
+    root = _four_class_coco(tiny_shapes_coco["root"], tmp_path / "mine")
+    exp = _exp(tiny_shapes_coco, dataset="coco", data_dir=str(root), num_classes=4)
+    assert exp.get_class_names() == ("disc", "box", "wedge", "sparkle")  # sorted by id, not COCO's 80
+    ds = exp.get_dataset()
+    assert ds.class_names == ("disc", "box", "wedge", "sparkle") and ds.class_ids == [3, 7, 11, 20]
+    assert {int(c) for r in ds.records for c in r.classes} <= {0, 1, 2, 3}
+    assert exp.get_eval_dataset().class_names == ds.class_names
+
+
+def test_explicit_class_names_still_win_over_the_categories(tiny_shapes_coco, tmp_path):
+    root = _four_class_coco(tiny_shapes_coco["root"], tmp_path / "mine")
+    exp = _exp(
+        tiny_shapes_coco, dataset="coco", data_dir=str(root), num_classes=4, class_names=("a", "b", "c", "d")
+    )
+    assert exp.get_dataset().class_names == ("a", "b", "c", "d")
+
+
+def test_relative_roots_resolve_against_yolox_datadir_or_the_working_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("YOLOX_DATADIR", raising=False)
+    assert load_dataset_config("coco")["root"] == str(tmp_path / "datasets" / "COCO")
+    monkeypatch.setenv("YOLOX_DATADIR", "/data/sets")
+    assert load_dataset_config("voc")["root"] == "/data/sets/VOCdevkit"
+    desc = tmp_path / "mine.json"
+    desc.write_text(json.dumps({**default_description("coco", "sets/mine"), "class_names": ["a"]}))
+    assert load_dataset_config(desc)["root"] == str(tmp_path / "sets" / "mine")
+
+
+def test_reading_a_description_generates_nothing_preparing_does(tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLOX_DATADIR", str(tmp_path))
+    desc = tmp_path / "tiny.json"
+    desc.write_text(
+        json.dumps(
+            {
+                **default_description("coco", "$YOLOX_DATADIR/tiny"),
+                "synthetic": {"num_train": 3, "num_val": 2, "size": 64},
+            }
+        )
+    )
+    exp = _exp({"config": str(desc)})
+    exp.get_class_names()
+    assert not (tmp_path / "tiny").exists()
+    exp.prepare_dataset()
+    assert len(exp.get_dataset()) == 3 and len(exp.get_eval_dataset()) == 2

@@ -1,5 +1,6 @@
 """Experiment files: zoo names, files, trailing KEY VALUE overrides."""
 
+import importlib.util
 import textwrap
 
 import pytest
@@ -107,3 +108,17 @@ def test_multiscale_preprocess_scales_images_and_boxes():
     assert out.shape == (1, 3, 32, 48)
     torch.testing.assert_close(t[0, 0], torch.tensor([1.0, 24, 16, 15, 5]))
     assert (t[0, 1] == 0).all()
+
+
+def test_an_exp_whose_source_file_cannot_be_found_still_builds(tmp_path):
+    # a module loaded from a spec but not registered in sys.modules: inspect.getfile cannot find its file
+    path = tmp_path / "my_recipe.py"
+    path.write_text("from yolox_fast.exp import Exp as BaseExp\n\nclass Exp(BaseExp):\n    pass\n")
+    spec = importlib.util.spec_from_file_location("unregistered_recipe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.Exp().exp_name == "unregistered_recipe"
+    # a class made in a notebook (module __main__, no file)
+    namespace = {"__name__": "__main__"}
+    exec("from yolox_fast.exp import Exp\nclass NotebookExp(Exp):\n    pass\n", namespace)
+    assert namespace["NotebookExp"]().exp_name == "notebook_exp"

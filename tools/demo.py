@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.demo import run_on_images, run_on_stream, timestamped_dir
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.inference import Predictor, load_inference_model
@@ -53,26 +53,6 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """Flags, plus trailing `KEY VALUE` exp overrides in `args.opts` (a REMAINDER positional would
-    swallow every flag that follows the demo kind, so the leftovers are collected instead)."""
-    parser = make_parser()
-    args, rest = parser.parse_known_args(argv)
-    unknown = [a for a in rest if a.startswith("-") and not _is_number(a)]
-    if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.opts = rest
-    return args
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def default_image_dir(exp) -> str:
     """The validation images of the exp's dataset (the synthetic shapes set is generated if missing)."""
     cfg = prepare_dataset(exp)
@@ -82,7 +62,7 @@ def default_image_dir(exp) -> str:
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
+    args = parse_with_overrides(make_parser(), argv)
     exp = build_exp(args)
     if args.legacy:
         logger.info("--legacy has no effect: yolox_fast inputs are always BGR 0-255 without normalisation")

@@ -15,7 +15,7 @@ import random
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.launch import launch
 from yolox_fast.inference import load_inference_model
 from yolox_fast.utils import dist as dist_utils
@@ -47,7 +47,6 @@ def make_parser() -> argparse.ArgumentParser:
         "description must name the test-dev images and image-info json as its val split)",
     )
     p.add_argument("--speed", action="store_true", help="time inference and NMS only")
-    p.add_argument("opts", nargs=argparse.REMAINDER, help="exp overrides: KEY VALUE ...")
     return p
 
 
@@ -102,7 +101,7 @@ def build_eval_exp(args):
 
 
 def main(argv=None) -> None:
-    args = make_parser().parse_args(argv)
+    args = parse_with_overrides(make_parser(), argv)
     build_eval_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every process
     # each process rebuilds the exp: an exp class loaded from a file does not pickle into spawned workers
     launch(

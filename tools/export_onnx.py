@@ -11,7 +11,7 @@ import argparse
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.export import compare_with_onnxruntime, export_onnx
 from yolox_fast.inference import load_inference_model
 
@@ -30,12 +30,11 @@ def make_parser() -> argparse.ArgumentParser:
     add_exp_arguments(p, "checkpoint (ours or official YOLOX)")
     p.add_argument("--tsize", type=int, default=None, help="square input size (default: exp.test_size)")
     p.add_argument("--no-check", action="store_true", help="skip the onnxruntime comparison")
-    p.add_argument("opts", nargs=argparse.REMAINDER, help="exp overrides: KEY VALUE ...")
     return p
 
 
 def main(argv=None) -> None:
-    args = make_parser().parse_args(argv)
+    args = parse_with_overrides(make_parser(), argv)
     exp = build_exp(args)
 
     model, _ = load_inference_model(exp, args.ckpt, "cpu")

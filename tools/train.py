@@ -9,7 +9,7 @@ import argparse
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.launch import launch
 from yolox_fast.core.trainer import run_training
 
@@ -75,13 +75,12 @@ def make_parser() -> argparse.ArgumentParser:
         choices=["tensorboard", "none"],
         help="tensorboard writes scalars and batch images under the output folder",
     )
-    parser.add_argument("opts", nargs=argparse.REMAINDER, default=[], help="exp overrides: KEY VALUE ...")
     return parser
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Parsed flags with the exp-dependent defaults (batch size, experiment name) filled in."""
-    args = make_parser().parse_args(argv)
+    args = parse_with_overrides(make_parser(), argv)
     exp = build_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every worker
     if args.batch_size is None:
         args.batch_size = exp.batch_size

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.models.losses import yolox_loss
 from yolox_fast.models.simota import SimOTAResult, simota_assign
 from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, model_state_dict
@@ -38,7 +38,6 @@ def make_parser() -> argparse.ArgumentParser:
         "--scale", type=float, default=2.0, help="drawing magnification (small inputs are hard to read)"
     )
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("opts", nargs=argparse.REMAINDER, help="exp overrides: KEY VALUE ...")
     return p
 
 
@@ -161,7 +160,7 @@ def save_images(
 
 
 def main(argv=None) -> None:
-    args = make_parser().parse_args(argv)
+    args = parse_with_overrides(make_parser(), argv)
     exp = build_exp(args)
     device = torch.device("cuda" if args.device == "gpu" else "cpu")
     model = exp.get_model().to(device)

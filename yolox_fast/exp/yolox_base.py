@@ -21,7 +21,9 @@ def default_exp_name(cls: type) -> str:
     whose file cannot be found (made in a notebook, loaded without registering its module), the last part
     of its module's name, or the class name in snake case."""
     try:
-        return os.path.splitext(os.path.basename(inspect.getfile(cls)))[0]
+        stem = os.path.splitext(os.path.basename(inspect.getfile(cls)))[0]
+        if stem != "__main__":  # `python -m pkg` or an interactive session's main module
+            return stem
     except (TypeError, OSError):
         pass
     module = (cls.__module__ or "").rsplit(".", 1)[-1]
