@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -198,3 +199,35 @@ def test_saved_checkpoint_is_readable_as_the_umask_allows(tmp_path):
     finally:
         os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_full_disk_says_so_with_the_numbers_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "latest_ckpt.pth"
+    save_checkpoint({"epoch": 1, "w": torch.zeros(4)}, path)
+    before = path.read_bytes()
+    big = {"epoch": 2, "w": torch.zeros(1 << 20)}  # 4 MiB of tensors
+    real_usage = shutil.disk_usage
+
+    def little_room(folder):
+        return real_usage(folder)._replace(free=1 << 20)
+
+    monkeypatch.setattr(shutil, "disk_usage", little_room)
+    with pytest.raises(
+        OSError,
+        match=r"no space left on .* while writing latest_ckpt.pth \(needs about 4.0 MiB, 1.0 MiB free\)",
+    ):
+        save_checkpoint(big, path)
+    assert path.read_bytes() == before
+
+    # the shortage shows only while writing: torch's own error is translated, nothing half-written stays
+    monkeypatch.setattr(shutil, "disk_usage", real_usage)
+
+    def fills_the_disk(obj, f, *args, **kwargs):
+        f.write(b"x" * 1000)
+        monkeypatch.setattr(shutil, "disk_usage", little_room)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", fills_the_disk)
+    with pytest.raises(OSError, match="no space left on .* while writing latest_ckpt.pth"):
+        save_checkpoint(big, path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == [path.name]

@@ -177,8 +177,38 @@ def test_out_of_image_boxes_are_clipped_and_counted_once(coco_copy, log_lines):
     rec = next(r for r in ds.records if r.img_id == first_img)
     assert [100, 100, 128, 128] in rec.boxes.tolist()
     warnings = [line for line in log_lines if "clipped" in line]
-    assert len(warnings) == 1 and "2 boxes" in warnings[0] and "1 boxes with no area" in warnings[0]
-    assert f"annotation id {ann['annotations'][0]['id']}" in warnings[0]
+    assert len(warnings) == 1 and "2 boxes extend" in warnings[0] and "1 boxes have no area" in warnings[0]
+    assert f"first: annotation id {ann['annotations'][0]['id']})" in warnings[0]  # the first clipped
+    assert f"first: annotation id {ann['annotations'][1]['id']})" in warnings[0]  # the first dropped
+    assert "for training" in warnings[0]
+
+
+def test_negative_width_box_is_named_when_dropped(coco_copy, log_lines):
+    root, ann_path, ann = coco_copy
+    ann["annotations"][2]["bbox"] = [40, 40, -12, 10]
+    _reload(root, ann_path, ann)
+    assert any(f"first: annotation id {ann['annotations'][2]['id']})" in line for line in log_lines)
+
+
+def test_orphan_annotations_are_named_and_an_all_orphan_split_is_an_error(coco_copy, log_lines):
+    root, ann_path, ann = coco_copy
+    ann["annotations"][0]["image_id"] += 1000
+    ds = _reload(root, ann_path, ann)
+    assert sum(len(r.boxes) for r in ds.records) == len(ann["annotations"]) - 1
+    warned = [line for line in log_lines if "no image of the file has" in line]
+    assert warned and f"annotation id {ann['annotations'][0]['id']}" in warned[0] and "1 of" in warned[0]
+    for a in ann["annotations"]:
+        a["image_id"] += 1000
+    with pytest.raises(ValueError, match="annotations name an image_id.*no usable box left"):
+        _reload(root, ann_path, ann)
+
+
+def test_truncated_annotation_json_names_the_file(coco_copy):
+    root, ann_path, ann = coco_copy
+    text = ann_path.read_text()
+    ann_path.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=f"{ann_path.name} is not valid JSON.*truncated"):
+        COCODataset(str(root), "train2017", ann_path.name, img_size=(128, 128))
 
 
 def test_empty_coco_split_names_the_file(coco_copy):
@@ -293,3 +323,19 @@ def test_reading_a_description_generates_nothing_preparing_does(tmp_path, monkey
     assert not (tmp_path / "tiny").exists()
     exp.prepare_dataset()
     assert len(exp.get_dataset()) == 3 and len(exp.get_eval_dataset()) == 2
+
+
+def test_val_boxes_outside_the_image_are_said_to_be_scored_as_given(tiny_shapes_coco, tmp_path, log_lines):
+    root = tmp_path / "copy"
+    shutil.copytree(tiny_shapes_coco["root"], root)
+    val = root / "annotations" / "instances_val2017.json"
+    ann = json.loads(val.read_text())
+    ann["annotations"][0]["bbox"] = [30, 30, -5, 10]
+    val.write_text(json.dumps(ann))
+    exp = _exp(tiny_shapes_coco, data_dir=str(root))
+    ds = exp.get_eval_dataset()
+    assert any(a["bbox"] == [30, 30, -5, 10] for a in ds.coco.dataset["annotations"])  # scored as given
+    said = [line for line in log_lines if "instances_val2017.json" in line and "no area" in line]
+    assert (
+        said and "scores them as the annotation file gives them" in said[0] and "for training" not in said[0]
+    )

@@ -122,3 +122,52 @@ def test_an_exp_whose_source_file_cannot_be_found_still_builds(tmp_path):
     namespace = {"__name__": "__main__"}
     exec("from yolox_fast.exp import Exp\nclass NotebookExp(Exp):\n    pass\n", namespace)
     assert namespace["NotebookExp"]().exp_name == "notebook_exp"
+
+
+@pytest.mark.parametrize(
+    "key, raw, message",
+    [
+        ("simota_max_bytes", "lots", r"'simota_max_bytes' to 'lots': expected int \| None"),
+        ("input_size", "(128,)", r"expected tuple\[int, int\]"),
+        ("input_size", "(128, 128, 3)", r"expected tuple\[int, int\]"),
+        ("random_size", "(10, 'x')", r"expected tuple\[int, int\] \| None"),
+        ("act", "gelu", "expected Literal"),
+        ("class_names", "3", r"expected tuple\[str, ...\] \| None"),
+        ("warmup_epochs", "soon", "expected float"),
+    ],
+)
+def test_every_field_has_a_declared_type_and_shape_checked_at_merge(key, raw, message):
+    with pytest.raises(ValueError, match=message):
+        Exp().merge([key, raw])
+
+
+def test_optional_fields_parse_none_numbers_and_sizes():
+    exp = Exp()
+    exp.merge(["simota_max_bytes", "1e9", "random_size", "(10, 20)", "input_size", "512", "seed", "7"])
+    assert (exp.simota_max_bytes, exp.random_size, exp.input_size, exp.seed) == (
+        10**9,
+        (10, 20),
+        (512, 512),
+        7,
+    )
+    exp.merge(["random_size", "none", "seed", "None", "warmup_lr", "0.001", "clip_grad_norm", "10"])
+    assert (
+        exp.random_size is None and exp.seed is None and exp.warmup_lr == 0.001 and exp.clip_grad_norm == 10.0
+    )
+
+
+def test_validate_catches_what_an_exp_file_sets(tmp_path):
+    path = tmp_path / "bad_exp.py"
+    path.write_text(
+        "from yolox_fast.exp import Exp as BaseExp\n\n"
+        "class Exp(BaseExp):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.input_size = (640,)\n        self.mosaic_scale = [0.5, 1.5]\n"
+        "        self.my_own_knob = 3\n"
+    )
+    exp = get_exp_by_file(str(path))
+    with pytest.raises(ValueError, match=r"input_size = \(640,\) \(expected tuple\[int, int\]\)"):
+        exp.validate()
+    exp.input_size = (640, 640)
+    exp.validate()  # a list for a pair and the exp's own undeclared fields are fine
+    exp.merge(["my_own_knob", "4"])
+    assert exp.my_own_knob == 4

@@ -58,4 +58,5 @@ def build_exp(args: argparse.Namespace):
         exp.exp_name = args.experiment_name
     if getattr(args, "tsize", None) is not None:
         exp.test_size = (args.tsize, args.tsize)
+    exp.validate()
     return exp

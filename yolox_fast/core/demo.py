@@ -125,9 +125,16 @@ def run_on_stream(
     """
     if (save_video or save_json) and out_path is None:
         raise ValueError("saving the video or JSON needs an out_path")
+    if isinstance(source, str) and not Path(source).exists():
+        raise FileNotFoundError(f"no such video file: {source}")
     cap = cv2.VideoCapture(source)
     if not cap.isOpened():
-        raise FileNotFoundError(f"cannot open video source {source!r}")
+        if isinstance(source, str):
+            raise ValueError(
+                f"{source} exists but is not a video OpenCV can read (an image, text, or an "
+                "unsupported codec?); use `image --path` for pictures"
+            )
+        raise FileNotFoundError(f"cannot open camera {source}: is it connected and not in use?")
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     writer = None
     per_frame: list[list[dict[str, Any]]] = []

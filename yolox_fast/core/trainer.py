@@ -25,6 +25,7 @@ from tabulate import tabulate
 from torch import nn
 
 from yolox_fast.core.demo import write_demo_image
+from yolox_fast.data.datasets.base import CorruptImageError
 from yolox_fast.inference import Predictor
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype, autocast
@@ -100,6 +101,7 @@ class Trainer:
     """
 
     def __init__(self, exp, args) -> None:
+        exp.validate()
         self.exp = exp
         self.args = args
         self.max_epoch = exp.max_epoch
@@ -175,20 +177,23 @@ class Trainer:
 
         with autocast(self.device, self.amp_dtype):
             outputs = self.model(inps, targets)
-        loss = outputs["total_loss"]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(outputs["total_loss"]).backward()
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)  # true gradients for the finiteness check and the clip
 
-        skip, stop = self._agree_on_flags(loss)
+        bad_loss, bad_grads, stop = self._agree_on_flags(outputs["total_loss"])
+        skip = bad_loss or bad_grads
         if skip:
-            self._restore_bn_stats()  # the forward pass already folded the bad batch into them
-            self._on_nonfinite_loss(outputs)
+            self._on_bad_step(outputs, bad_loss)
         else:
             self._nonfinite_streak = 0
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
+            if self.exp.clip_grad_norm:
+                torch.nn.utils.clip_grad_norm_(self._params, self.exp.clip_grad_norm)
             self.scaler.step(self.optimizer)
-            self.scaler.update()
             if self.ema_model is not None:
                 self.ema_model.update(self.model)
+        self.scaler.update()  # fp16: an overflow lowers the loss scale
         self._finished = (self.epoch, self.iter + 1)
 
         if (self.progress_in_iter + 1) % MULTISCALE_EVERY == 0:
@@ -253,6 +258,7 @@ class Trainer:
         self.model = model
         self.model.train()
         model = unwrap_model(model)
+        self._params = [p for p in model.parameters() if p.requires_grad]
         # BatchNorm running statistics, copied before each step so a skipped step can put them back
         self._bn_stats = bn_buffers(model)
         self._bn_backup = [b.clone() for b in self._bn_stats]
@@ -351,13 +357,37 @@ class Trainer:
         }
 
     def save_ckpt(self, name: str, start_epoch: int, it: int) -> str | None:
-        """Write `<file_name>/<name>_ckpt.pth` on rank 0 (atomically); returns its path there."""
+        """Write `<file_name>/<name>_ckpt.pth` on rank 0 (atomically); returns its path there.
+
+        Weights with a non-finite value are never written (over a good checkpoint or at all): every rank
+        checks, and all raise together, naming the files that still hold good weights.
+        """
+        self._check_finite_weights(name)
         if self.rank != 0:
             return None
         path = os.path.join(self.file_name, f"{name}_ckpt.pth")
         save_checkpoint(self.checkpoint_state(start_epoch, it), path)
         logger.info(f"saved {path} (resumes at epoch {start_epoch + 1}, iteration {it})")
         return path
+
+    def _check_finite_weights(self, name: str) -> None:
+        states = [unwrap_model(self.model).state_dict()]
+        if self.ema_model is not None:
+            states.append(self.ema_model.ema.state_dict())
+        named = [(k, t) for state in states for k, t in state.items() if t.is_floating_point()]
+        finite = torch.stack(torch._foreach_norm([t for _, t in named], float("inf"))).isfinite()
+        all_finite = finite.all().float()
+        if self.is_distributed:
+            dist.all_reduce(all_finite, op=dist.ReduceOp.MIN)
+        if bool(all_finite):
+            return
+        bad = [k for (k, _), ok in zip(named, finite.tolist()) if not ok]
+        raise RuntimeError(
+            f"the weights became non-finite at epoch {self.epoch + 1} ({len(bad)} of {len(named)} tensors, "
+            f"e.g. {bad[0] if bad else 'on another rank'}): {name}_ckpt.pth was not written. "
+            f"{self._last_good_checkpoints()} Try a lower learning rate (basic_lr_per_img), a longer warmup "
+            "or clip_grad_norm 10."
+        )
 
     def _save_interrupted(self) -> str | None:
         # the position of the last completed step, whatever was interrupted after it (the next
@@ -411,37 +441,60 @@ class Trainer:
     def _restore_bn_stats(self) -> None:
         torch._foreach_copy_(self._bn_stats, self._bn_backup)
 
-    def _agree_on_flags(self, loss: torch.Tensor) -> tuple[bool, bool]:
-        """(skip this step: non-finite loss on some rank, stop after it: a signal on some rank).
+    def _agree_on_flags(self, loss: torch.Tensor) -> tuple[bool, bool, bool]:
+        """(non-finite loss on some rank, non-finite gradient, a stop signal on some rank), agreed by all
+        ranks in one collective: a rank that skipped the step while others took it would hang DDP.
 
-        Decided together: a rank that skipped backward while others ran it would hang DDP.
+        Gradients are identical on every rank after DDP's all-reduce, so one rank's NaN loss makes every
+        rank's gradients non-finite: the whole step is skipped everywhere. One host sync per step.
         """
+        grads = [p.grad for p in self._params if p.grad is not None]
+        grads_finite = torch.stack(torch._foreach_norm(grads, float("inf"))).isfinite().all()
         flags = torch.stack(
             [
                 (~torch.isfinite(loss.detach())).float(),
+                (~grads_finite).float(),
                 torch.tensor(float(self._stop_signum is not None), device=loss.device),
             ]
         )
         if self.is_distributed:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        skip, stop = flags.tolist()
-        return bool(skip), bool(stop)
+        bad_loss, bad_grads, stop = flags.tolist()
+        return bool(bad_loss), bool(bad_grads), bool(stop)
 
-    def _on_nonfinite_loss(self, outputs: dict[str, torch.Tensor]) -> None:
+    def _on_bad_step(self, outputs: dict[str, torch.Tensor], bad_loss: bool) -> None:
+        """A step with a non-finite loss or gradient is not applied; ten in a row stop the run."""
+        if not bad_loss and self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0:
+            # fp16 overflow at a loss scale >= 1: the scaler's own business (it lowers the scale), and
+            # the statistics of the forward pass are sound
+            return
+        self._restore_bn_stats()  # the forward pass already folded the bad batch into them
         self._nonfinite_streak += 1
         values = ", ".join(f"{k} {float(outputs[k]):.4g}" for k in LOSS_KEYS if k in outputs)
+        what = "loss" if bad_loss else "gradient (the loss was finite)"
         logger.warning(
-            f"non-finite loss at epoch {self.epoch + 1} iter {self.iter + 1} ({values}): step skipped "
+            f"non-finite {what} at epoch {self.epoch + 1} iter {self.iter + 1} ({values}): step not applied "
             f"({self._nonfinite_streak}/{MAX_NONFINITE_STREAK} in a row)"
         )
         if self._nonfinite_streak >= MAX_NONFINITE_STREAK:
-            path = self.save_ckpt("latest", start_epoch=self.epoch, it=self.iter)
             raise RuntimeError(
-                f"training stopped: the loss was non-finite for {MAX_NONFINITE_STREAK} iterations in a row "
-                f"(epoch {self.epoch + 1}, iter {self.iter + 1}). The last good weights are in "
-                f"{path or os.path.join(self.file_name, 'latest_ckpt.pth')}. Try a lower learning rate "
-                "(basic_lr_per_img), a longer warmup, or --bf16 instead of --fp16."
+                f"training stopped: the loss or its gradient was non-finite for {MAX_NONFINITE_STREAK} "
+                f"iterations in a row (epoch {self.epoch + 1}, iter {self.iter + 1}); nothing was saved "
+                f"from the diverged weights. {self._last_good_checkpoints()} Try a lower learning rate "
+                "(basic_lr_per_img), a longer warmup, clip_grad_norm 10, or --bf16 instead of --fp16."
             )
+
+    def _last_good_checkpoints(self) -> str:
+        """Where the last good weights are: a sentence naming the files and their positions."""
+        found = []
+        for name in ("latest", "best"):
+            path = os.path.join(self.file_name, f"{name}_ckpt.pth")
+            if os.path.isfile(path):
+                ckpt = load_checkpoint(path)
+                found.append(f"{path} (resumes at epoch {int(ckpt['start_epoch']) + 1})")
+        if not found:
+            return "No checkpoint had been written before the divergence."
+        return "The last good weights are in " + " and ".join(found) + "."
 
     def _log_progress(self) -> None:
         if (self.iter + 1) % self.exp.print_interval != 0 or "iter_time" not in self.meter:
@@ -543,7 +596,7 @@ class Trainer:
                 f"{len(self.class_names)}: {', '.join(self.class_names[:8])}"
                 + (" ..." if len(self.class_names) > 8 else ""),
             ),
-            ("cache", str(self.args.cache)),
+            ("cache", self._cache_summary()),
             ("output", self.file_name),
             ("command", " ".join(sys.argv)),
         ]
@@ -557,8 +610,31 @@ class Trainer:
             + tabulate(rows, headers=["key", "value"] * 3, tablefmt="simple")
         )
 
+    def _cache_summary(self) -> str:
+        """What the image cache really is: asked for and used, asked for and refused, or off."""
+        if not self.args.cache:
+            return "off"
+        cache = getattr(self.train_loader.dataset.dataset, "cache", None)
+        if cache is None:
+            return f"{self.args.cache} asked for, NOT used (see the warning above): images are read from disk"
+        return f"{self.args.cache}: {cache.path} ({cache.nbytes / 2**30:.2f} GiB)"
+
     def _write_demo_image(self) -> None:
-        """The first validation image with the final (EMA) model's detections: `<file_name>/demo.jpg`."""
+        """The first readable validation image with the final (EMA) model's detections: `demo.jpg`.
+
+        A picture, not a result: an unreadable image is passed over, and if none can be read (or the
+        drawing fails) the run says so and still ends well.
+        """
+        dataset = self.evaluator.dataloader.dataset
+        for index in range(len(dataset)):
+            try:
+                image = dataset.load_image(index)
+                break
+            except (CorruptImageError, FileNotFoundError) as err:
+                logger.warning(f"demo image: {err}; trying the next validation image")
+        else:
+            logger.warning("demo image: no validation image could be read; demo.jpg not written")
+            return
         model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
         predictor = Predictor(
             model,
@@ -568,10 +644,10 @@ class Trainer:
             nms=self.exp.nmsthre,
             device=self.device,
         )
-        dataset = self.evaluator.dataloader.dataset
-        write_demo_image(
-            predictor, dataset.load_image(0), self.class_names, os.path.join(self.file_name, "demo.jpg")
-        )
+        try:
+            write_demo_image(predictor, image, self.class_names, os.path.join(self.file_name, "demo.jpg"))
+        except Exception as err:  # noqa: BLE001 -- the run is done; a failed picture must not undo it
+            logger.warning(f"demo image not written: {type(err).__name__}: {err}")
 
 
 def run_training(args) -> None:

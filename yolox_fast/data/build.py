@@ -69,6 +69,7 @@ def _dataset(exp, cfg: dict[str, Any], split: str, img_size) -> DetectionDataset
         "img_size": tuple(img_size),
         "name": f"{cfg['name']}-{split}",
         "skip_corrupt": exp.skip_corrupt_images,
+        "for_eval": split == "val",
     }
     if cfg["format"] == "coco":
         return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], class_names=names, **common)

@@ -143,25 +143,36 @@ def build_cache(
         logger.warning(f"{msg}; continuing WITHOUT a cache (try cache='disk')")
         return None
     data.parent.mkdir(parents=True, exist_ok=True)
+    shape = (len(files), size[0], size[1], 3)
+    # checked before the lock file is made, so a refused cache leaves nothing behind in /dev/shm
+    if not _fits(mode, data.parent, shape, strict):
+        return None
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per machine; the others wait here
         cache = open_cache(data, sidecar, key)
         if cache is None:
-            shape = (len(files), size[0], size[1], 3)
-            need = int(np.prod(shape))
-            room, where = free_bytes(mode, data.parent)
-            if need + HEADROOM > room:
-                msg = (
-                    f"{mode} cache of {len(files)} images at {size[0]}x{size[1]} needs "
-                    f"{need / GIB:.2f} GiB (+{HEADROOM / GIB:.0f} GiB headroom) but only {where}"
-                )
-                if strict:
-                    raise RuntimeError(msg)
-                logger.warning(f"{msg}; continuing WITHOUT a cache")
+            if not _fits(mode, data.parent, shape, strict):  # another process may have taken the room
                 return None
             cache = _build(dataset, data, sidecar, key, shape, num_threads)
     logger.info(f"{mode} cache: mapped {data} ({cache.nbytes / GIB:.2f} GiB, {len(files)} images)")
     return cache
+
+
+def _fits(mode: str, folder: Path, shape: tuple[int, int, int, int], strict: bool) -> bool:
+    """Whether a cache of `shape` fits in `folder` with HEADROOM to spare; if not, a warning with the
+    numbers (RuntimeError when `strict`)."""
+    need = int(np.prod(shape))
+    room, where = free_bytes(mode, folder)
+    if need + HEADROOM <= room:
+        return True
+    msg = (
+        f"{mode} cache of {shape[0]} images at {shape[1]}x{shape[2]} needs {need / GIB:.2f} GiB "
+        f"(+{HEADROOM / GIB:.0f} GiB headroom) but only {where}"
+    )
+    if strict:
+        raise RuntimeError(msg)
+    logger.warning(f"{msg}; continuing WITHOUT a cache")
+    return False
 
 
 def _report_leftovers(data: Path, name: str) -> None:

@@ -162,8 +162,10 @@ class VOCEvaluator(DetectionEvaluator):
     def score(self, merged: InferenceResult) -> dict[str, Any]:
         dataset = self.dataloader.dataset
         records = {r.img_id: r for r in dataset.records}
+        # scored as the annotation files give them, as the VOC devkit does (see BoxClipCounter)
         ground_truth = {
-            img_id: (records[img_id].boxes, records[img_id].classes, records[img_id].difficult)
+            img_id: records[img_id].raw_gt
+            or (records[img_id].boxes, records[img_id].classes, records[img_id].difficult)
             for img_id in merged.detections
         }
         aps = voc_map(merged.detections, ground_truth, self.num_classes, IOU_THRESHOLDS, self.use_07_metric)

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import ast
 from abc import ABCMeta, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
+from yolox_fast.exp.fields import FieldTypeError, check, coerce, describe, type_of_value
+
 # fields holding paths or names stay strings even when they look like numbers ("data_dir 2017")
 PATH_SUFFIXES = ("_dir", "_ann", "_file", "_name", "_json", "dataset")
 
 
 class BaseExp(metaclass=ABCMeta):
-    """Experiment: every knob of a run lives here as a plain attribute; subclasses override what differs."""
+    """Experiment: every knob of a run lives here as a plain attribute; subclasses override what differs.
+
+    `FIELD_TYPES` declares the type of fields whose default does not tell it (see exp/fields.py).
+    """
+
+    FIELD_TYPES: dict[str, Any] = {"seed": int | None}
 
     def __init__(self) -> None:
         self.seed = None
@@ -55,12 +61,20 @@ class BaseExp(metaclass=ABCMeta):
         rows = [(k, repr(v)) for k, v in sorted(self.fields().items())]
         return tabulate(rows, headers=("key", "value"), tablefmt="fancy_grid")
 
+    def field_type(self, key: str) -> Any:
+        """The declared type of field `key` (FIELD_TYPES of this class or a base), else its value's."""
+        for cls in type(self).__mro__:
+            declared = cls.__dict__.get("FIELD_TYPES", {})
+            if key in declared:
+                return declared[key]
+        return type_of_value(getattr(self, key))
+
     def merge(self, opts: Sequence[str]) -> None:
         """Apply trailing `KEY VALUE ...` overrides from the command line.
 
-        Values are coerced to the type of the current value (bool accepts true/false/1/0,
-        tuples and lists are parsed as Python literals). An unknown key or an uncoercible value
-        raises ValueError naming it.
+        Values are parsed for the field's type (`field_type`: bool accepts true/false/1/0, tuples and
+        lists are Python literals, `none` clears an optional field) and checked against it, shape
+        included. An unknown key or a value that does not fit raises ValueError naming both.
         """
         opts = list(opts)
         if len(opts) % 2:
@@ -71,49 +85,25 @@ class BaseExp(metaclass=ABCMeta):
                 close = [k for k in known if key.lower() in k.lower() or k.lower() in key.lower()]
                 hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
                 raise ValueError(f"unknown exp key {key!r}{hint}")
-            setattr(self, key, _coerce(key, raw, getattr(self, key)))
+            spec = self.field_type(key)
+            if spec is Any and key.endswith(PATH_SUFFIXES):
+                spec = str
+            try:
+                value = coerce(spec, raw)
+            except FieldTypeError:
+                raise ValueError(
+                    f"cannot set exp key {key!r} to {raw!r}: expected {describe(spec)}, "
+                    f"like {getattr(self, key)!r}"
+                ) from None
+            setattr(self, key, value)
 
-
-def _coerce(key: str, raw: str, current: Any) -> Any:
-    if current is None:
-        return raw if key.endswith(PATH_SUFFIXES) else _literal_or_str(raw)
-    try:
-        if isinstance(current, bool):
-            low = raw.strip().lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if isinstance(current, int):
-            return int(float(raw)) if float(raw).is_integer() else _fail()
-        if isinstance(current, float):
-            return float(raw)
-        if isinstance(current, (tuple, list)):
-            value = ast.literal_eval(raw)
-            if isinstance(value, (int, float)):
-                value = (value, value) if len(current) == 2 else [value]
-            if not isinstance(value, (tuple, list)):
-                raise ValueError(raw)
-            return type(current)(value)
-        if isinstance(current, dict):
-            value = ast.literal_eval(raw)
-            if not isinstance(value, dict):
-                raise ValueError(raw)
-            return value
-        return type(current)(raw)
-    except (ValueError, SyntaxError) as err:
-        raise ValueError(
-            f"cannot set exp key {key!r} to {raw!r}: expected {type(current).__name__} like {current!r}"
-        ) from err
-
-
-def _fail():
-    raise ValueError("not an integer")
-
-
-def _literal_or_str(raw: str) -> Any:
-    try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return raw
+    def validate(self) -> None:
+        """ValueError listing every field whose value does not fit its declared type (an exp file can set
+        `input_size = (640,)` as easily as the command line)."""
+        bad = []
+        for key, value in self.fields().items():
+            spec = self.field_type(key)
+            if not check(spec, value):
+                bad.append(f"{key} = {value!r} (expected {describe(spec)})")
+        if bad:
+            raise ValueError(f"exp {getattr(self, 'exp_name', type(self).__name__)}: " + "; ".join(bad))

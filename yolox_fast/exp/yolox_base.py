@@ -6,6 +6,7 @@ import inspect
 import os
 import random
 import re
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -32,7 +33,41 @@ def default_exp_name(cls: type) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
 
+SIZE = tuple[int, int]  # (height, width) px
+RANGE = tuple[float, float]  # (low, high)
+
+
 class Exp(BaseExp):
+    """The YOLOX recipe. Every field is declared in FIELD_TYPES, so `merge` (the command line's KEY VALUE
+    overrides) and `validate` (the trainer's start) check types and shapes, not only names."""
+
+    FIELD_TYPES = {
+        # model
+        "num_classes": int, "depth": float, "width": float, "act": Literal["silu", "relu", "lrelu"],
+        "depthwise": bool, "grad_checkpoint": bool,
+        # data
+        "dataset": str, "data_dir": str | None, "train_ann": str | None, "val_ann": str | None,
+        "test_ann": str, "class_names": tuple[str, ...] | None, "data_num_workers": int,
+        "input_size": SIZE, "multiscale_range": int, "random_size": tuple[int, int] | None,
+        "max_labels": int, "skip_corrupt_images": bool, "cache_dir": str | None, "cache_strict": bool,
+        # augmentation
+        "mosaic_prob": float, "mixup_prob": float, "hsv_prob": float, "flip_prob": float,
+        "degrees": float, "translate": float, "mosaic_scale": RANGE, "enable_mixup": bool,
+        "mixup_scale": RANGE, "shear": float, "box_min_size": float, "box_min_area_ratio": float,
+        "box_max_aspect": float,
+        # training
+        "batch_size": int, "warmup_epochs": float, "max_epoch": int, "warmup_lr": float,
+        "min_lr_ratio": float, "basic_lr_per_img": float,
+        "scheduler": Literal["yoloxwarmcos", "warmcos", "cos", "multistep"], "no_aug_epochs": int,
+        "ema": bool, "weight_decay": float, "momentum": float, "clip_grad_norm": float | None,
+        "print_interval": int, "eval_interval": int, "save_history_ckpt": bool, "exp_name": str,
+        "output_dir": str, "seed": int | None,
+        # assignment
+        "simota_center_radius": float, "simota_topk": int, "simota_max_bytes": int | None,
+        # testing
+        "test_size": SIZE, "test_conf": float, "nmsthre": float,
+    }  # fmt: skip
+
     def __init__(self) -> None:
         super().__init__()
         # ---------------- model ---------------- #
@@ -95,6 +130,8 @@ class Exp(BaseExp):
         self.ema = True
         self.weight_decay = 5e-4
         self.momentum = 0.9
+        # clip the gradients' total L2 norm to this value before each step; None: no clipping (YOLOX)
+        self.clip_grad_norm: float | None = None
         self.print_interval = 10
         self.eval_interval = 10
         self.save_history_ckpt = True

@@ -6,8 +6,10 @@ and our trainer), plus optional plain-data entries (epoch, optimizer state, best
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -165,10 +167,17 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
 
     The bytes go to a temporary file in the same directory, are flushed and fsynced, then renamed
     over `path` (atomic on POSIX and Windows), and the directory is fsynced so the rename persists.
+    Not enough room is an OSError that says so ("no space left on <folder> while writing <file>
+    (needs about X MiB, Y MiB free)"), before writing when the shortage is known, else when the write
+    fails; either way the previous file is untouched.
     """
     _check_weights_only_safe(state)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    need = _tensor_bytes(state)
+    free = shutil.disk_usage(path.parent).free
+    if need > free:
+        raise _no_space(path, need, free)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
@@ -181,11 +190,36 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        written = os.path.getsize(tmp) if os.path.exists(tmp) else 0
         if os.path.exists(tmp):
             os.unlink(tmp)
+        # torch reports a full disk as its own RuntimeError ("unexpected pos ..."), not as ENOSPC
+        if isinstance(err, (OSError, RuntimeError)):
+            free = shutil.disk_usage(path.parent).free
+            if getattr(err, "errno", None) == errno.ENOSPC or free < need - written:
+                raise _no_space(path, need, free) from err
         raise
     _fsync_dir(path.parent)
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state: about what torch.save will write."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _no_space(path: Path, need: int, free: int) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"no space left on {path.parent} while writing {path.name} (needs about {need / 2**20:.1f} MiB, "
+        f"{free / 2**20:.1f} MiB free); the previous {path.name}, if any, is intact",
+    )
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -29,15 +29,26 @@ class ImageRecord:
     boxes: np.ndarray  # (K, 4) float32 x1, y1, x2, y2, clipped to the image
     classes: np.ndarray  # (K,) int64 contiguous class index
     difficult: np.ndarray  # (K,) bool (VOC "difficult"; all False for COCO)
+    # (boxes, classes, difficult) exactly as the annotation file gives them, where cleaning changed them:
+    # what an evaluation scores (VOC; COCO scores its json through pycocotools)
+    raw_gt: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 class BoxClipCounter:
-    """Counts boxes that stuck out of their image while records are built; `report` logs one line."""
+    """Counts boxes that stick out of their image or have no area while records are built; `report`
+    logs one line naming the first of each.
 
-    def __init__(self) -> None:
+    Training clips such boxes and drops the empty ones. An evaluation split (`scored_as_given`) keeps
+    them for the metric exactly as the annotation file has them (pycocotools and the VOC devkit score
+    the raw file, and so AP stays comparable), and its line says so.
+    """
+
+    def __init__(self, scored_as_given: bool = False) -> None:
+        self.scored_as_given = scored_as_given
         self.clipped = 0
         self.dropped = 0
-        self.example: str | None = None
+        self.first_clipped: str | None = None
+        self.first_dropped: str | None = None
 
     def clip(self, boxes: np.ndarray, width: int, height: int, where: Callable[[int], str]) -> np.ndarray:
         """Clip boxes (K, 4) in place to the image; returns the (K,) mask of boxes with area left.
@@ -50,19 +61,32 @@ class BoxClipCounter:
         moved = (clipped != boxes).any(1)
         if moved.any():
             self.clipped += int(moved.sum())
-            if self.example is None:
-                self.example = where(int(np.argmax(moved)))
+            if self.first_clipped is None:
+                self.first_clipped = where(int(np.argmax(moved)))
         boxes[:] = clipped
         keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
-        self.dropped += int((~keep).sum())
+        if not keep.all():
+            self.dropped += int((~keep).sum())
+            if self.first_dropped is None:
+                self.first_dropped = where(int(np.argmin(keep)))
         return keep
 
     def report(self, split: str) -> None:
-        if self.clipped or self.dropped:
-            logger.warning(
-                f"{split}: {self.clipped} boxes extended outside their image and were clipped "
-                f"(first: {self.example}); {self.dropped} boxes with no area left were dropped"
+        if not (self.clipped or self.dropped):
+            return
+        parts = []
+        if self.clipped:
+            parts.append(f"{self.clipped} boxes extend outside their image (first: {self.first_clipped})")
+        if self.dropped:
+            parts.append(f"{self.dropped} boxes have no area inside it (first: {self.first_dropped})")
+        if self.scored_as_given:
+            action = (
+                "the metric scores them as the annotation file gives them (as pycocotools and the VOC "
+                "devkit do); they are clipped and dropped for drawing only"
             )
+        else:
+            action = "for training they are clipped to the image, and those with no area left are dropped"
+        logger.warning(f"{split}: {'; '.join(parts)}: {action}")
 
 
 class DetectionDataset(Dataset):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 from collections.abc import Sequence
 
 import numpy as np
+from loguru import logger
 from pycocotools.coco import COCO
 
+from yolox_fast.data.config import annotation_path
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
 
 
@@ -19,7 +22,9 @@ class COCODataset(DetectionDataset):
     `class_ids[i]` is the category id of contiguous class i (categories sorted by id); `class_names`
     come from the json categories unless `class_names` is given (then it must have one name per
     category). `.coco` is the pycocotools COCO object the COCO evaluator scores against.
-    Crowd annotations are left out of the training targets, as in YOLOX.
+    Crowd annotations are left out of the training targets, as in YOLOX. Annotations whose image_id
+    names no image are counted and named: an error when they are all the split has, else a warning.
+    `for_eval`: the split is scored (its log lines say how out-of-image boxes count).
     """
 
     def __init__(
@@ -31,13 +36,12 @@ class COCODataset(DetectionDataset):
         class_names: Sequence[str] | None = None,
         name: str = "coco",
         skip_corrupt: bool = False,
+        for_eval: bool = False,
     ) -> None:
-        ann_path = ann_file if os.path.isabs(ann_file) else os.path.join(root, "annotations", ann_file)
-        if not os.path.isfile(ann_path):
-            raise FileNotFoundError(f"COCO annotation file not found: {ann_path}")
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
-            self.coco = COCO(ann_path)
+        ann_path = annotation_path(root, ann_file)
         self.ann_path = ann_path
+        self.coco = load_coco(ann_path)
+        self.for_eval = for_eval
         cats = sorted(self.coco.loadCats(self.coco.getCatIds()), key=lambda c: c["id"])
         self.class_ids = [c["id"] for c in cats]
         if class_names is not None and len(class_names) != len(cats):
@@ -55,13 +59,15 @@ class COCODataset(DetectionDataset):
         if not img_ids:
             raise ValueError(f"{self.ann_path}: the split has no images")
         contiguous = {cat_id: i for i, cat_id in enumerate(self.class_ids)}
-        for ann in self.coco.dataset.get("annotations", []):
+        annotations = self.coco.dataset.get("annotations", [])
+        for ann in annotations:
             if ann["category_id"] not in contiguous:
                 raise ValueError(
                     f"{self.ann_path}: annotation id {ann.get('id')} has category id {ann['category_id']}, "
                     f"which is not among the file's categories {self.class_ids}"
                 )
-        clip = BoxClipCounter()
+        self._check_orphans(annotations)
+        clip = BoxClipCounter(scored_as_given=self.for_eval)
         records = []
         for img_id in img_ids:
             info = self.coco.imgs[img_id]
@@ -90,3 +96,37 @@ class COCODataset(DetectionDataset):
             )
         clip.report(self.ann_path)
         return records
+
+    def _check_orphans(self, annotations: list[dict]) -> None:
+        """Annotations whose image_id names no image of the file would vanish from training and scoring."""
+        orphans = [a for a in annotations if a.get("image_id") not in self.coco.imgs]
+        if not orphans:
+            return
+        first = ", ".join(f"annotation id {a.get('id')} (image_id {a.get('image_id')})" for a in orphans[:3])
+        msg = (
+            f"{self.ann_path}: {len(orphans)} of {len(annotations)} annotations name an image_id that no "
+            f"image of the file has (first: {first})"
+        )
+        if len(orphans) == len(annotations):
+            raise ValueError(f"{msg}: the split has no usable box left. Are the image ids shifted?")
+        logger.warning(f"{msg}; they are left out")
+
+
+def load_coco(ann_path: str) -> COCO:
+    """pycocotools' COCO of an annotation file; a missing or unreadable file is an error naming it."""
+    if not os.path.isfile(ann_path):
+        raise FileNotFoundError(f"COCO annotation file not found: {ann_path}")
+    try:
+        with open(ann_path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"COCO annotation file {ann_path} is not valid JSON ({err}): truncated or not a COCO file?"
+        ) from None
+    if not isinstance(data, dict) or "images" not in data:
+        raise ValueError(f"COCO annotation file {ann_path} has no 'images' list: not a COCO detection file")
+    coco = COCO()
+    coco.dataset = data
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
+        coco.createIndex()
+    return coco

@@ -30,17 +30,19 @@ class VOCDetection(DetectionDataset):
         img_size: tuple[int, int] = (640, 640),
         name: str = "voc",
         skip_corrupt: bool = False,
+        for_eval: bool = False,
     ) -> None:
         self.root = root
         self.sets = [tuple(s) for s in sets]
         self.image_names: list[tuple[str, str]] = []
+        self.for_eval = for_eval
         split = ", ".join(f"VOC{y}/{s}" for y, s in self.sets)
         records = self._records(class_names)
         super().__init__(name, records, class_names, img_size, split=split, skip_corrupt=skip_corrupt)
 
     def _records(self, class_names: Sequence[str]) -> list[ImageRecord]:
         index = {n: i for i, n in enumerate(class_names)}
-        clip = BoxClipCounter()
+        clip = BoxClipCounter(scored_as_given=self.for_eval)
         records: list[ImageRecord] = []
         for year, split in self.sets:
             year_dir = os.path.join(self.root, f"VOC{year}")
@@ -90,13 +92,17 @@ class VOCDetection(DetectionDataset):
             classes.append(index[cls_name])
             difficult.append(obj.findtext("difficult", "0").strip() == "1")
         boxes_np = np.array(boxes, dtype=np.float32).reshape(-1, 4)
+        classes_np, difficult_np = np.array(classes, dtype=np.int64), np.array(difficult, dtype=bool)
+        raw = (boxes_np.copy(), classes_np, difficult_np)
         keep = clip.clip(boxes_np, width, height, lambda k: f"{xml_path} object #{k}")
+        changed = not keep.all() or not np.array_equal(raw[0], boxes_np)
         return ImageRecord(
             img_id=img_id,
             file=img_file,
             height=height,
             width=width,
             boxes=boxes_np[keep],
-            classes=np.array(classes, dtype=np.int64)[keep],
-            difficult=np.array(difficult, dtype=bool)[keep],
+            classes=classes_np[keep],
+            difficult=difficult_np[keep],
+            raw_gt=raw if changed else None,
         )
