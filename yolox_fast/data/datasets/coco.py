@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 from collections.abc import Sequence
 
 import numpy as np
+from loguru import logger
 from pycocotools.coco import COCO
 
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
+from yolox_fast.data.datasets.problems import DatasetProblems
 
 
 class COCODataset(DetectionDataset):
@@ -19,7 +22,10 @@ class COCODataset(DetectionDataset):
     `class_ids[i]` is the category id of contiguous class i (categories sorted by id); `class_names`
     come from the json categories unless `class_names` is given (then it must have one name per
     category). `.coco` is the pycocotools COCO object the COCO evaluator scores against.
-    Crowd annotations are left out of the training targets, as in YOLOX.
+    Crowd annotations are left out of the training targets, as in YOLOX. An annotation with an
+    unknown category id or without a 4-number bbox is an error naming its id (with a collecting
+    `problems` log: recorded and left out); one whose image_id names no image is ignored with a
+    warning.
     """
 
     def __init__(
@@ -31,7 +37,9 @@ class COCODataset(DetectionDataset):
         class_names: Sequence[str] | None = None,
         name: str = "coco",
         skip_corrupt: bool = False,
+        problems: DatasetProblems | None = None,
     ) -> None:
+        problems = problems if problems is not None else DatasetProblems()
         ann_path = ann_file if os.path.isabs(ann_file) else os.path.join(root, "annotations", ann_file)
         if not os.path.isfile(ann_path):
             raise FileNotFoundError(f"COCO annotation file not found: {ann_path}")
@@ -47,26 +55,61 @@ class COCODataset(DetectionDataset):
             )
         names = list(class_names) if class_names is not None else [c["name"] for c in cats]
         image_dir = os.path.join(root, images)
-        records = self._records(image_dir)
-        super().__init__(name, records, names, img_size, split=ann_path, skip_corrupt=skip_corrupt)
+        records = self._records(image_dir, problems)
+        super().__init__(
+            name, records, names, img_size, split=ann_path, skip_corrupt=skip_corrupt, problems=problems
+        )
 
-    def _records(self, image_dir: str) -> list[ImageRecord]:
+    def _usable(self, problems: DatasetProblems) -> set:
+        """Ids of the annotations that can be trained on; the others are reported to `problems`."""
+        contiguous = set(self.class_ids)
+        usable, orphans = set(), []
+        for ann in self.coco.dataset.get("annotations", []):
+            if ann.get("category_id") not in contiguous:
+                problems.error(
+                    "unknown category id",
+                    f"{self.ann_path}: annotation id {ann.get('id')} has category id "
+                    f"{ann.get('category_id')}, which is not among the file's categories {self.class_ids}",
+                )
+                continue
+            bbox = ann.get("bbox")
+            if not (isinstance(bbox, list) and len(bbox) == 4 and all(_finite(v) for v in bbox)):
+                problems.error(
+                    "malformed annotation",
+                    f"{self.ann_path}: annotation id {ann.get('id')} has bbox {bbox!r}, not [x, y, w, h]",
+                )
+                continue
+            if ann.get("image_id") not in self.coco.imgs:
+                orphans.append(ann)
+                problems.note(
+                    "orphan annotation",
+                    f"{self.ann_path}: annotation id {ann.get('id')} names image id {ann.get('image_id')}, "
+                    "not among the images",
+                )
+                continue
+            usable.add(ann.get("id"))
+        if orphans:
+            first = orphans[0]
+            logger.warning(
+                f"{self.ann_path}: {len(orphans)} annotations name an image id that is not among the file's "
+                f"images (first: annotation id {first.get('id')}, image id {first.get('image_id')}); ignored"
+            )
+        return usable
+
+    def _records(self, image_dir: str, problems: DatasetProblems) -> list[ImageRecord]:
         img_ids = sorted(self.coco.getImgIds())
         if not img_ids:
             raise ValueError(f"{self.ann_path}: the split has no images")
         contiguous = {cat_id: i for i, cat_id in enumerate(self.class_ids)}
-        for ann in self.coco.dataset.get("annotations", []):
-            if ann["category_id"] not in contiguous:
-                raise ValueError(
-                    f"{self.ann_path}: annotation id {ann.get('id')} has category id {ann['category_id']}, "
-                    f"which is not among the file's categories {self.class_ids}"
-                )
-        clip = BoxClipCounter()
+        usable = self._usable(problems)
+        clip = BoxClipCounter(problems)
         records = []
         for img_id in img_ids:
             info = self.coco.imgs[img_id]
             w, h = int(info["width"]), int(info["height"])
             anns = self.coco.loadAnns(self.coco.getAnnIds(imgIds=[img_id], iscrowd=False))
+            anns = [a for a in anns if a.get("id") in usable]
+            file_name = info.get("file_name") or f"{img_id:012d}.jpg"
             boxes = np.array(
                 [
                     [a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
@@ -75,8 +118,9 @@ class COCODataset(DetectionDataset):
                 dtype=np.float32,
             ).reshape(-1, 4)
             classes = np.array([contiguous[a["category_id"]] for a in anns], dtype=np.int64)
-            keep = clip.clip(boxes, w, h, lambda k, anns=anns: f"annotation id {anns[k].get('id')}")
-            file_name = info.get("file_name") or f"{img_id:012d}.jpg"
+            keep = clip.clip(
+                boxes, w, h, lambda k, anns=anns, f=file_name: f"annotation id {anns[k].get('id')} ({f})"
+            )
             records.append(
                 ImageRecord(
                     img_id=int(img_id),
@@ -90,3 +134,7 @@ class COCODataset(DetectionDataset):
             )
         clip.report(self.ann_path)
         return records
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
