@@ -28,6 +28,9 @@ setup(
         "tabulate",
         "tensorboard",
         "psutil",
+        "pyyaml",  # Ultralytics data.yaml dataset descriptions
+        "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
+        "matplotlib",  # tools/check_dataset.py plots (Agg)
     ],
     extras_require={
         "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime", "ruff"],

@@ -178,8 +178,8 @@ def test_out_of_image_boxes_are_clipped_and_counted_once(coco_copy, log_lines):
     assert [100, 100, 128, 128] in rec.boxes.tolist()
     warnings = [line for line in log_lines if "clipped" in line]
     assert len(warnings) == 1 and "2 boxes extend" in warnings[0] and "1 boxes have no area" in warnings[0]
-    assert f"first: annotation id {ann['annotations'][0]['id']})" in warnings[0]  # the first clipped
-    assert f"first: annotation id {ann['annotations'][1]['id']})" in warnings[0]  # the first dropped
+    assert f"first: annotation id {ann['annotations'][0]['id']} (" in warnings[0]  # the first clipped
+    assert f"first: annotation id {ann['annotations'][1]['id']} (" in warnings[0]  # the first dropped
     assert "for training" in warnings[0]
 
 
@@ -187,7 +187,7 @@ def test_negative_width_box_is_named_when_dropped(coco_copy, log_lines):
     root, ann_path, ann = coco_copy
     ann["annotations"][2]["bbox"] = [40, 40, -12, 10]
     _reload(root, ann_path, ann)
-    assert any(f"first: annotation id {ann['annotations'][2]['id']})" in line for line in log_lines)
+    assert any(f"first: annotation id {ann['annotations'][2]['id']} (" in line for line in log_lines)
 
 
 def test_orphan_annotations_are_named_and_an_all_orphan_split_is_an_error(coco_copy, log_lines):

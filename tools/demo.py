@@ -17,6 +17,7 @@ from loguru import logger
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.demo import run_on_images, run_on_stream, timestamped_dir
 from yolox_fast.data.build import prepare_dataset
+from yolox_fast.data.datasets.yolo import val_image_dir
 from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.utils.amp import amp_dtype
 
@@ -56,8 +57,10 @@ def make_parser() -> argparse.ArgumentParser:
 def default_image_dir(exp) -> str:
     """The validation images of the exp's dataset (the synthetic shapes set is generated if missing)."""
     cfg = prepare_dataset(exp)
+    if cfg["format"] == "yolo":
+        return val_image_dir(cfg)
     if cfg["format"] != "coco":
-        raise SystemExit("give --path: the default sample is the validation folder of a COCO-format dataset")
+        raise SystemExit("give --path: the default sample is the validation folder of a COCO or YOLO dataset")
     return str(Path(cfg["root"]) / cfg["val"]["images"])
 
 

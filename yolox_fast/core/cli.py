@@ -7,8 +7,8 @@ import argparse
 from yolox_fast.exp import get_exp
 
 
-def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str) -> None:
-    """Add YOLOX's -expn, -n, -f and -c flags to `parser`."""
+def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str | None) -> None:
+    """Add YOLOX's -expn, -n, -f and -c flags to `parser` (no -c when `ckpt_help` is None)."""
     parser.add_argument(
         "-expn",
         "--experiment-name",
@@ -18,7 +18,8 @@ def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str) -> None:
     )
     parser.add_argument("-n", "--name", type=str, default=None, help="model-zoo name, e.g. yolox-s")
     parser.add_argument("-f", "--exp_file", type=str, default=None, help="experiment file")
-    parser.add_argument("-c", "--ckpt", type=str, default=None, help=ckpt_help)
+    if ckpt_help is not None:
+        parser.add_argument("-c", "--ckpt", type=str, default=None, help=ckpt_help)
     parser.epilog = (
         "Other words on the line are KEY VALUE pairs that override exp fields, e.g. "
         "max_epoch 100 input_size '(512, 512)' (python -c 'from yolox_fast.exp import Exp; print(Exp())' "

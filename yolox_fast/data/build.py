@@ -16,6 +16,7 @@ from yolox_fast.data.datasets.base import DetectionDataset
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import ensure_generated
 from yolox_fast.data.datasets.voc import VOCDetection
+from yolox_fast.data.datasets.yolo import YOLODataset
 from yolox_fast.data.loader import TrainLoader, eval_collate, opencv_for_workers, worker_init
 from yolox_fast.data.mosaic import MosaicDetection
 from yolox_fast.data.sampler import InfiniteSampler, ShardSampler, YoloBatchSampler
@@ -63,17 +64,28 @@ def dataset_class_names(exp) -> tuple[str, ...]:
     return tuple(cfg["class_names"] or coco_category_names(cfg))
 
 
-def _dataset(exp, cfg: dict[str, Any], split: str, img_size) -> DetectionDataset:
+def _dataset(exp, cfg: dict[str, Any], split: str, img_size, problems=None) -> DetectionDataset:
     names = cfg.get("class_names")
     common = {
         "img_size": tuple(img_size),
         "name": f"{cfg['name']}-{split}",
         "skip_corrupt": exp.skip_corrupt_images,
         "for_eval": split == "val",
+        "problems": problems,
     }
     if cfg["format"] == "coco":
         return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], class_names=names, **common)
+    if cfg["format"] == "yolo":
+        return YOLODataset(
+            cfg["root"], cfg[split]["images"], names, keypoints=bool(cfg.get("keypoints")), **common
+        )
     return VOCDetection(cfg["root"], cfg[split]["sets"], names, **common)
+
+
+def build_checked_dataset(exp, split: str, problems) -> DetectionDataset:
+    """`split` ("train" or "val") of exp's dataset at exp.input_size, read into the DatasetProblems log
+    `problems`: with a collecting log every bad annotation is recorded and left out (the checker)."""
+    return _dataset(exp, dataset_config(exp), split, exp.input_size, problems=problems)
 
 
 def _cache_mode(cache: None | bool | str) -> str | None:

@@ -1,4 +1,5 @@
-"""build_evaluator: the COCO or VOC evaluator for an exp's validation split, by the dataset's format."""
+"""build_evaluator: the COCO or VOC evaluator for an exp's validation split, by the dataset's format
+(a YOLO-format set is scored with the COCO metric on its labels, converted in memory)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from yolox_fast.evaluators.voc import VOCEvaluator
 def build_evaluator(exp, batch_size: int, is_distributed: bool, testdev: bool = False):
     """COCOEvaluator or VOCEvaluator over `exp.get_eval_loader(batch_size, is_distributed)`.
 
-    The choice follows the "format" of the dataset description `exp.dataset`; thresholds and input
-    size come from exp.test_conf, exp.nmsthre, exp.test_size. VOC: 11-point AP when every val set is
-    VOC2007, else area under the PR curve. `testdev` (COCO only) writes the
-    result json for the test-dev server instead of scoring.
+    The choice follows the "format" of the dataset description `exp.dataset` (VOC for "voc", COCO for
+    "coco" and "yolo"); thresholds and input size come from exp.test_conf, exp.nmsthre, exp.test_size.
+    VOC: 11-point AP when every val set is VOC2007, else area under the PR curve. `testdev` (COCO
+    only) writes the result json for the test-dev server instead of scoring.
     """
     cfg = dataset_config(exp)
     fmt = cfg["format"]

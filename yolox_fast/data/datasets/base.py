@@ -1,4 +1,4 @@
-"""DetectionDataset: what COCO and VOC datasets share once their annotations are parsed into records."""
+"""DetectionDataset: what COCO, VOC and YOLO datasets share once their annotations are parsed into records."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from loguru import logger
 from torch.utils.data import Dataset
 
 from yolox_fast.data.augment import preproc, resize_keep_ratio
+from yolox_fast.data.datasets.problems import ERROR, DatasetProblems
 
 
 class CorruptImageError(RuntimeError):
@@ -40,15 +41,18 @@ class BoxClipCounter:
 
     Training clips such boxes and drops the empty ones. An evaluation split (`scored_as_given`) keeps
     them for the metric exactly as the annotation file has them (pycocotools and the VOC devkit score
-    the raw file, and so AP stays comparable), and its line says so.
+    the raw file, and so AP stays comparable), and its line says so. With a collecting `problems` log,
+    every zero-size box (an error: it was annotated without area) and every box reaching outside its
+    image (a warning) is also noted there by name.
     """
 
-    def __init__(self, scored_as_given: bool = False) -> None:
+    def __init__(self, problems: DatasetProblems | None = None, scored_as_given: bool = False) -> None:
         self.scored_as_given = scored_as_given
         self.clipped = 0
         self.dropped = 0
         self.first_clipped: str | None = None
         self.first_dropped: str | None = None
+        self.problems = problems
 
     def clip(self, boxes: np.ndarray, width: int, height: int, where: Callable[[int], str]) -> np.ndarray:
         """Clip boxes (K, 4) in place to the image; returns the (K,) mask of boxes with area left.
@@ -63,6 +67,8 @@ class BoxClipCounter:
             self.clipped += int(moved.sum())
             if self.first_clipped is None:
                 self.first_clipped = where(int(np.argmax(moved)))
+        if self.problems is not None and self.problems.collect:
+            self._note(boxes, clipped, moved, width, height, where)
         boxes[:] = clipped
         keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
         if not keep.all():
@@ -70,6 +76,17 @@ class BoxClipCounter:
             if self.first_dropped is None:
                 self.first_dropped = where(int(np.argmin(keep)))
         return keep
+
+    def _note(self, boxes, clipped, moved, width: int, height: int, where: Callable[[int], str]) -> None:
+        zero = (boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])
+        for k in np.flatnonzero(zero):
+            self.problems.note("zero-size box", f"{where(k)}: box {_fmt_box(boxes[k])} has no area", ERROR)
+        for k in np.flatnonzero(moved & ~zero):
+            gone = clipped[k, 2] <= clipped[k, 0] or clipped[k, 3] <= clipped[k, 1]
+            fate = "lies entirely outside it (dropped)" if gone else "reaches outside it (clipped)"
+            box = _fmt_box(boxes[k])
+            size = f"{width}x{height}"
+            self.problems.note("box outside its image", f"{where(k)}: box {box} in a {size} image {fate}")
 
     def report(self, split: str) -> None:
         if not (self.clipped or self.dropped):
@@ -89,12 +106,17 @@ class BoxClipCounter:
         logger.warning(f"{split}: {'; '.join(parts)}: {action}")
 
 
+def _fmt_box(box: np.ndarray) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in np.round(box.astype(np.float64), 2)) + "]"
+
+
 class DetectionDataset(Dataset):
     """Images with boxes, resized for training (`pull_item`) or letterboxed for evaluation (`__getitem__`).
 
     `img_size` (H, W): training images are resized keeping aspect to fit it (what mosaic and the cache
     use); evaluation items are letterboxed to it. With `skip_corrupt` an image that cannot be decoded
-    is skipped and counted instead of raising.
+    is skipped and counted instead of raising. With a collecting `problems` log (the dataset checker)
+    missing image files are recorded there and left out.
     """
 
     def __init__(
@@ -105,12 +127,14 @@ class DetectionDataset(Dataset):
         img_size: tuple[int, int],
         split: str,
         skip_corrupt: bool = False,
+        problems: DatasetProblems | None = None,
     ) -> None:
         self.name = name
         self.class_names = tuple(class_names)
         self.img_size = tuple(img_size)
         self.split = split
         self.skip_corrupt = skip_corrupt
+        self.problems = problems if problems is not None else DatasetProblems()
         self.records = self._drop_missing(records)
         if not self.records:
             raise ValueError(f"{split}: the split has no images")
@@ -122,10 +146,14 @@ class DetectionDataset(Dataset):
         missing = [r.file for r in records if not os.path.isfile(r.file)]
         if not missing:
             return records
-        if not self.skip_corrupt:
+        if self.problems.collect:
+            for file in missing:
+                self.problems.error("missing image", f"{self.split}: image file not found: {file}")
+        elif not self.skip_corrupt:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
             raise FileNotFoundError(f"{self.split}: image file not found: {missing[0]}{more}")
-        logger.warning(f"{self.split}: skipping {len(missing)} missing image files (first: {missing[0]})")
+        else:
+            logger.warning(f"{self.split}: skipping {len(missing)} missing image files (first: {missing[0]})")
         gone = set(missing)
         return [r for r in records if r.file not in gone]
 

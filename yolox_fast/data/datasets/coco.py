@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ from pycocotools.coco import COCO
 
 from yolox_fast.data.config import annotation_path
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
+from yolox_fast.data.datasets.problems import DatasetProblems
 
 
 class COCODataset(DetectionDataset):
@@ -22,9 +24,11 @@ class COCODataset(DetectionDataset):
     `class_ids[i]` is the category id of contiguous class i (categories sorted by id); `class_names`
     come from the json categories unless `class_names` is given (then it must have one name per
     category). `.coco` is the pycocotools COCO object the COCO evaluator scores against.
-    Crowd annotations are left out of the training targets, as in YOLOX. Annotations whose image_id
-    names no image are counted and named: an error when they are all the split has, else a warning.
-    `for_eval`: the split is scored (its log lines say how out-of-image boxes count).
+    Crowd annotations are left out of the training targets, as in YOLOX. An annotation with an
+    unknown category id or without a 4-number bbox is an error naming its id (with a collecting
+    `problems` log: recorded and left out). Annotations whose image_id names no image are counted and
+    named: left out with a warning, an error when they are all the split has. `for_eval`: the split is
+    scored (its log lines say how out-of-image boxes count).
     """
 
     def __init__(
@@ -36,8 +40,10 @@ class COCODataset(DetectionDataset):
         class_names: Sequence[str] | None = None,
         name: str = "coco",
         skip_corrupt: bool = False,
+        problems: DatasetProblems | None = None,
         for_eval: bool = False,
     ) -> None:
+        problems = problems if problems is not None else DatasetProblems()
         ann_path = annotation_path(root, ann_file)
         self.ann_path = ann_path
         self.coco = load_coco(ann_path)
@@ -51,28 +57,69 @@ class COCODataset(DetectionDataset):
             )
         names = list(class_names) if class_names is not None else [c["name"] for c in cats]
         image_dir = os.path.join(root, images)
-        records = self._records(image_dir)
-        super().__init__(name, records, names, img_size, split=ann_path, skip_corrupt=skip_corrupt)
+        records = self._records(image_dir, problems)
+        super().__init__(
+            name, records, names, img_size, split=ann_path, skip_corrupt=skip_corrupt, problems=problems
+        )
 
-    def _records(self, image_dir: str) -> list[ImageRecord]:
+    def _usable(self, problems: DatasetProblems) -> set:
+        """Ids of the annotations that can be trained on; the others are reported to `problems`."""
+        contiguous = set(self.class_ids)
+        usable, orphans = set(), []
+        for ann in self.coco.dataset.get("annotations", []):
+            if ann.get("category_id") not in contiguous:
+                problems.error(
+                    "unknown category id",
+                    f"{self.ann_path}: annotation id {ann.get('id')} has category id "
+                    f"{ann.get('category_id')}, which is not among the file's categories {self.class_ids}",
+                )
+                continue
+            bbox = ann.get("bbox")
+            if not (isinstance(bbox, list) and len(bbox) == 4 and all(_finite(v) for v in bbox)):
+                problems.error(
+                    "malformed annotation",
+                    f"{self.ann_path}: annotation id {ann.get('id')} has bbox {bbox!r}, not [x, y, w, h]",
+                )
+                continue
+            if ann.get("image_id") not in self.coco.imgs:
+                orphans.append(ann)
+                problems.note(
+                    "orphan annotation",
+                    f"{self.ann_path}: annotation id {ann.get('id')} names image id {ann.get('image_id')}, "
+                    "not among the images",
+                )
+                continue
+            usable.add(ann.get("id"))
+        if orphans:
+            self._report_orphans(orphans, problems)
+        return usable
+
+    def _report_orphans(self, orphans: list[dict], problems: DatasetProblems) -> None:
+        """Annotations whose image_id names no image would vanish from training and scoring: say so."""
+        total = len(self.coco.dataset.get("annotations", []))
+        first = ", ".join(f"annotation id {a.get('id')} (image_id {a.get('image_id')})" for a in orphans[:3])
+        msg = (
+            f"{self.ann_path}: {len(orphans)} of {total} annotations name an image_id that no image of the "
+            f"file has (first: {first})"
+        )
+        if len(orphans) == total and not problems.collect:
+            raise ValueError(f"{msg}: the split has no usable box left. Are the image ids shifted?")
+        logger.warning(f"{msg}; they are left out")
+
+    def _records(self, image_dir: str, problems: DatasetProblems) -> list[ImageRecord]:
         img_ids = sorted(self.coco.getImgIds())
         if not img_ids:
             raise ValueError(f"{self.ann_path}: the split has no images")
         contiguous = {cat_id: i for i, cat_id in enumerate(self.class_ids)}
-        annotations = self.coco.dataset.get("annotations", [])
-        for ann in annotations:
-            if ann["category_id"] not in contiguous:
-                raise ValueError(
-                    f"{self.ann_path}: annotation id {ann.get('id')} has category id {ann['category_id']}, "
-                    f"which is not among the file's categories {self.class_ids}"
-                )
-        self._check_orphans(annotations)
-        clip = BoxClipCounter(scored_as_given=self.for_eval)
+        usable = self._usable(problems)
+        clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
         records = []
         for img_id in img_ids:
             info = self.coco.imgs[img_id]
             w, h = int(info["width"]), int(info["height"])
             anns = self.coco.loadAnns(self.coco.getAnnIds(imgIds=[img_id], iscrowd=False))
+            anns = [a for a in anns if a.get("id") in usable]
+            file_name = info.get("file_name") or f"{img_id:012d}.jpg"
             boxes = np.array(
                 [
                     [a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]
@@ -81,8 +128,9 @@ class COCODataset(DetectionDataset):
                 dtype=np.float32,
             ).reshape(-1, 4)
             classes = np.array([contiguous[a["category_id"]] for a in anns], dtype=np.int64)
-            keep = clip.clip(boxes, w, h, lambda k, anns=anns: f"annotation id {anns[k].get('id')}")
-            file_name = info.get("file_name") or f"{img_id:012d}.jpg"
+            keep = clip.clip(
+                boxes, w, h, lambda k, anns=anns, f=file_name: f"annotation id {anns[k].get('id')} ({f})"
+            )
             records.append(
                 ImageRecord(
                     img_id=int(img_id),
@@ -97,19 +145,9 @@ class COCODataset(DetectionDataset):
         clip.report(self.ann_path)
         return records
 
-    def _check_orphans(self, annotations: list[dict]) -> None:
-        """Annotations whose image_id names no image of the file would vanish from training and scoring."""
-        orphans = [a for a in annotations if a.get("image_id") not in self.coco.imgs]
-        if not orphans:
-            return
-        first = ", ".join(f"annotation id {a.get('id')} (image_id {a.get('image_id')})" for a in orphans[:3])
-        msg = (
-            f"{self.ann_path}: {len(orphans)} of {len(annotations)} annotations name an image_id that no "
-            f"image of the file has (first: {first})"
-        )
-        if len(orphans) == len(annotations):
-            raise ValueError(f"{msg}: the split has no usable box left. Are the image ids shifted?")
-        logger.warning(f"{msg}; they are left out")
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_coco(ann_path: str) -> COCO:
