@@ -265,17 +265,24 @@ def test_evaluation_matches_official(reference):
     )
 
 
-def test_reference_scripts_run_alone(tmp_path):
-    """Each script prints its own JSON when run by hand (the documented use)."""
+def test_fidelity_benchmark_runs_both_sides(tmp_path):
+    """`tools/benchmark.py fidelity` as a user runs it (reference python), on a minute setting."""
     python = reference_python()
     if python is None:
         pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    cmd = [python, str(REPO / "tools" / "benchmark.py"), "fidelity", "--seeds", "0", "--num-train", "16",
+           "--num-val", "4", "--image-size", "96", "--size", "64", "--batch", "8", "--epochs", "2",
+           "--no-aug-epochs", "1", "--workers", "0", "--out", str(tmp_path)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [python, str(SCRIPTS / "augment_pieces.py")], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["hsv"]["cases"] > 0
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "mean [min-max] over seeds 0" in proc.stdout
+    results = json.loads((tmp_path / "results.json").read_text())["results"]["0"]
+    for side in ("official", "ours"):
+        assert sorted(results[side]["evals"]) == ["1", "2"], side
+        assert sorted(results[side]["losses"]) == ["1", "2"], side
+        assert results[side]["iters_per_epoch"] == 2
+        assert all(0.0 <= ap <= 1.0 for pair in results[side]["evals"].values() for ap in pair)
 
 
 def test_setup_script_reuses_a_ready_environment(tmp_path):

@@ -17,14 +17,17 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
 - Same on both sides: yolox-nano, initial weights (same torch seed, verified in tests/test_vs_yolox.py),
   batch, optimizer steps (the default train set is a multiple of the batch: official counts
   ceil(N / batch) iterations per epoch, yolox_fast floor), input and test size, multi-scale off,
-  test_conf 0.01, nmsthre 0.65, loader workers, torch threads. Not the same, by design of each: the
-  schedules of mosaic closing / L1 / evaluation (official closes mosaic one epoch earlier and then
-  evaluates every epoch; use --eval-interval 1 for full curves), the augmentation randomness
-  (official reseeds its workers from uuid, yolox_fast draws from the seed and the sample position).
+  test_conf 0.01, nmsthre 0.65, loader workers, torch threads; with the default --eval-interval 1 both
+  evaluate every epoch. Not the same, by each side's own design (README "Fidelity to official YOLOX
+  0.3.0"): the SimOTA rule (unless --ours-assigner yolox030), when mosaic closes and L1 starts, the
+  affine pivot and box filter, the augmentation randomness (official reseeds its workers from uuid,
+  yolox_fast draws from the seed and the sample position).
 
-Cost: one nano step at 256 px with batch 16 takes about 1 s on a 2-core CPU, so the default (208 train
-images -> 13 steps per epoch, 12 epochs, 3 seeds, both sides, 60 val images evaluated every epoch) runs
-about 20-30 minutes there; 13 x 12 = 156 steps per side and seed.
+Cost: a nano step at 256 px, batch 16, takes about 1.3 s of one core (measured, either side), and the
+loader workers use the other core; the default (208 train images -> 13 steps per epoch, 12 epochs, 3
+seeds, both sides: 6 runs of 156 steps, plus 72 evaluations of 60 images) runs about 25 minutes on a
+quiet 2-core CPU. Torch runs one thread per side by default (--threads): the loader workers need the
+other core, and on the (shared, busy) development machine 2 threads made a step 4-7x slower than 1.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
 REPO = Path(__file__).resolve().parents[2]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
 ITERS_LINE = re.compile(r"iterations\s+(\d+) per epoch")
+LOSS_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?total_loss: ([0-9.]+)")
 
 OURS_030_EXP = '''"""yolox-nano trained with YOLOX 0.3.0's SimOTA rule (written by benchmarks/fidelity.py)."""
 
@@ -118,13 +122,15 @@ def run_official(args, root: Path, seed: int) -> dict:
     start = time.perf_counter()
 
     def report(epoch: dict) -> None:
+        line = f"  official seed {seed} epoch {epoch['epoch']}: loss {epoch['loss']:.3f}"
         if "ap50" in epoch:
-            ap50, ap50_95 = epoch["ap50"], epoch["ap50_95"]
-            print(f"  official seed {seed} epoch {epoch['epoch']}: AP50 {ap50:.4f} AP50:95 {ap50_95:.4f}")
+            line += f", AP50 {epoch['ap50']:.4f} AP50:95 {epoch['ap50_95']:.4f}"
+        print(line, flush=True)
 
     epochs, info = train_official(exp, args.batch, seed, on_epoch=report)
     return {
         "evals": {e["epoch"]: (e["ap50_95"], e["ap50"]) for e in epochs if "ap50" in e},
+        "losses": {e["epoch"]: e["loss"] for e in epochs},
         "iters_per_epoch": info["iters_per_epoch"],
         "seconds": time.perf_counter() - start,
     }
@@ -135,7 +141,8 @@ def run_ours(args, dataset_json: Path, out: Path, seed: int) -> dict:
     overrides = []
     for key, value in fields.items():
         overrides += [key, str(value).replace(" ", "")]
-    overrides += ["print_interval", "10", "save_history_ckpt", "false", *args.ours_opts]
+    # print_interval 1: every step's loss is logged, for the per-epoch mean loss
+    overrides += ["print_interval", "1", "save_history_ckpt", "false", *args.ours_opts]
     if args.ours_assigner == "yolox030":
         exp_file = out / "ours_yolox030_exp.py"
         exp_file.write_text(OURS_030_EXP.format(tools=str(REPO / "tools")))
@@ -166,10 +173,22 @@ def run_ours(args, dataset_json: Path, out: Path, seed: int) -> dict:
         raise RuntimeError(f"yolox_fast training failed ({proc.returncode}); see {out / f'ours_{name}.out'}")
     log = (log_dir / "train_log.txt").read_text()
     evals = {int(e): (float(a), float(b)) for e, a, b in EVAL_LINE.findall(log)}
-    for epoch, (ap50_95, ap50) in sorted(evals.items()):
-        print(f"  ours     seed {seed} epoch {epoch}: AP50 {ap50:.4f} AP50:95 {ap50_95:.4f}")
+    step_losses: dict[int, list[float]] = {}
+    for epoch, loss in LOSS_LINE.findall(log):
+        step_losses.setdefault(int(epoch), []).append(float(loss))
+    losses = {e: float(np.mean(v)) for e, v in step_losses.items()}
+    for epoch in sorted(losses):
+        line = f"  ours     seed {seed} epoch {epoch}: loss {losses[epoch]:.3f}"
+        if epoch in evals:
+            line += f", AP50 {evals[epoch][1]:.4f} AP50:95 {evals[epoch][0]:.4f}"
+        print(line, flush=True)
     iters = ITERS_LINE.search(log)
-    return {"evals": evals, "iters_per_epoch": int(iters.group(1)) if iters else None, "seconds": seconds}
+    return {
+        "evals": evals,
+        "losses": losses,
+        "iters_per_epoch": int(iters.group(1)) if iters else None,
+        "seconds": seconds,
+    }
 
 
 def spread(values: Sequence[float]) -> str:
@@ -181,37 +200,39 @@ def spread(values: Sequence[float]) -> str:
 
 
 def tables(results: dict, seeds: Sequence[int], sides: Sequence[str]) -> str:
+    """Per seed: AP50, AP50:95 and mean training loss of each epoch, each side; then mean [min-max]."""
+    headers = ["epoch", *(f"{s} {m}" for m in ("AP50", "AP50:95", "loss") for s in sides)]
     text = []
     for seed in seeds:
         per = results[seed]
-        epochs = sorted(set().union(*(per[s]["evals"] for s in sides)))
-        rows = [
-            [
-                e,
-                *(per[s]["evals"].get(e, (None, None))[1] for s in sides),
-                *(per[s]["evals"].get(e, (None, None))[0] for s in sides),
-            ]
-            for e in epochs
-        ]
-        headers = ["epoch", *(f"{s} AP50" for s in sides), *(f"{s} AP50:95" for s in sides)]
+        epochs = sorted(set().union(*(per[s]["evals"] for s in sides), *(per[s]["losses"] for s in sides)))
+        rows = []
+        for e in epochs:
+            row = [e]
+            row += [per[s]["evals"].get(e, (None, None))[1] for s in sides]
+            row += [per[s]["evals"].get(e, (None, None))[0] for s in sides]
+            row += [per[s]["losses"].get(e) for s in sides]
+            rows.append(row)
         text.append(f"seed {seed}\n" + tabulate(rows, headers=headers, floatfmt=".4f", missingval="-"))
     epochs = sorted(set().union(*(results[seed][s]["evals"] for seed in seeds for s in sides)))
     rows = []
     for e in epochs:
         row = [e]
-        for metric in (1, 0):
+        for metric in ("AP50", "AP50:95", "loss"):
             for s in sides:
-                row.append(
-                    spread(
-                        [
-                            results[seed][s]["evals"][e][metric]
-                            for seed in seeds
-                            if e in results[seed][s]["evals"]
-                        ]
-                    )
-                )
+                if metric == "loss":
+                    values = [
+                        results[seed][s]["losses"][e] for seed in seeds if e in results[seed][s]["losses"]
+                    ]
+                else:
+                    index = 1 if metric == "AP50" else 0
+                    values = [
+                        results[seed][s]["evals"][e][index]
+                        for seed in seeds
+                        if e in results[seed][s]["evals"]
+                    ]
+                row.append(spread(values))
         rows.append(row)
-    headers = ["epoch", *(f"{s} AP50" for s in sides), *(f"{s} AP50:95" for s in sides)]
     text.append(
         f"mean [min-max] over seeds {' '.join(map(str, seeds))}\n"
         + tabulate(rows, headers=headers, disable_numparse=True)
@@ -236,7 +257,7 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="data loader workers, each side")
-    p.add_argument("--threads", type=int, default=None, help="torch threads, each side (default: torch's)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, each side")
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--no-aug-epochs", type=int, default=2)
     p.add_argument("--basic-lr-per-img", type=float, default=0.05 / 64)
@@ -268,9 +289,6 @@ def main(argv: Sequence[str]) -> None:
             )
         if yolox.__version__ != "0.3.0":
             sys.exit(f"found YOLOX {yolox.__version__}, this compares with 0.3.0")
-    import torch
-
-    args.threads = args.threads or torch.get_num_threads()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     root = out / f"data_{args.num_train}_{args.num_val}_{args.image_size}"

@@ -69,7 +69,8 @@ def train_official(
 ) -> tuple[list[dict], dict]:
     """Train `exp` as official's Trainer would, on this process's device (CPU).
 
-    Returns (one dict per epoch {"epoch" (1-based), "seconds", and when evaluated "ap50_95", "ap50"},
+    Returns (one dict per epoch {"epoch" (1-based), "train_seconds", "loss" (mean total loss of its
+    steps), and when evaluated "ap50_95", "ap50"},
     {"iters_per_epoch", "steps"}). `on_epoch` is called with each epoch's dict as it finishes.
     """
     from yolox.utils import ModelEMA
@@ -90,7 +91,7 @@ def train_official(
     batches = iter(train_loader)
     epochs, steps = [], 0
     for epoch in range(exp.max_epoch):
-        t0 = time.perf_counter()
+        t0, losses = time.perf_counter(), []
         if epoch + 1 == exp.max_epoch - exp.no_aug_epochs:
             train_loader.close_mosaic()
             model.head.use_l1 = True
@@ -107,7 +108,12 @@ def train_official(
             for group in optimizer.param_groups:
                 group["lr"] = lr
             steps += 1
-        record = {"epoch": epoch + 1, "train_seconds": time.perf_counter() - t0}
+            losses.append(float(loss.detach()))
+        record = {
+            "epoch": epoch + 1,
+            "train_seconds": time.perf_counter() - t0,
+            "loss": sum(losses) / len(losses),
+        }
         if (epoch + 1) % exp.eval_interval == 0:
             record["ap50_95"], record["ap50"] = official_evaluate(evaluator, ema.ema)
         epochs.append(record)
