@@ -1,0 +1,304 @@
+"""yolox_fast against official YOLOX 0.3.0, piece by piece (loss and gradients, lr, EMA, when mosaic
+closes, augmentation, what the model sees, evaluation).
+
+The comparisons run under the reference python, which has official YOLOX installed
+(`tools/setup_yolox_reference.sh` makes it at .venv-yolox/; YOLOX_REFERENCE_PYTHON points elsewhere):
+tests/yolox_reference/run_all.py computes both sides in one process and prints JSON; the tests here
+assert on it. Where yolox_fast differs from 0.3.0 the test says so in its name and pins both sides'
+behaviour, so a change on either side shows up here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests" / "yolox_reference"
+
+pytestmark = pytest.mark.slow
+
+
+def reference_python() -> str | None:
+    """$YOLOX_REFERENCE_PYTHON, else <repo>/.venv-yolox/bin/python if it exists, else None."""
+    configured = os.environ.get("YOLOX_REFERENCE_PYTHON")
+    if configured:
+        if not os.access(configured, os.X_OK):
+            pytest.fail(f"YOLOX_REFERENCE_PYTHON={configured} is not an executable python")
+        return configured
+    default = REPO / ".venv-yolox" / "bin" / "python"
+    return str(default) if default.exists() else None
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    python = reference_python()
+    if python is None:
+        pytest.skip(
+            "no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh "
+            "(or set YOLOX_REFERENCE_PYTHON to a python that has yolox 0.3.0 installed)"
+        )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [python, str(SCRIPTS / "run_all.py")], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, f"run_all.py failed:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def section(reference: dict, name: str) -> dict:
+    result = reference[name]
+    if "error" in result:
+        pytest.fail(f"section {name} raised:\n{result['error']}")
+    return result
+
+
+# --------------------------------------------------------------------------- (a) model, loss, optimizer
+def test_nano_has_official_state_dict_and_initialisation(reference):
+    result = section(reference, "loss_grad")
+    assert result["state_dict_same_keys_in_order"]
+    # the same torch seed builds the same weights: both sides of a seeded comparison start equal
+    assert result["init_same_seed_max_abs_diff"] == 0.0
+
+
+def test_optimizer_parameter_groups_match_official(reference):
+    result = section(reference, "loss_grad")
+    assert result["optimizer_groups_equal"], (
+        result["optimizer_group_sizes"],
+        result["optimizer_group_sizes_ours"],
+    )
+
+
+@pytest.mark.parametrize("step", ["no_l1", "l1"])
+def test_loss_and_gradients_match_official_given_its_assignment(reference, step):
+    """With 0.3.0's SimOTA rule as the assigner, yolox_fast's head and loss give official's numbers:
+    the rest of the loss (targets, IoU/obj/cls/L1 terms, normalisation) is the same."""
+    run = section(reference, "loss_grad")["steps"][step]["ours_030"]
+    assert run["same_grad_tensors"]
+    assert run["loss_max_rel_diff"] <= 1e-5, run
+    assert run["grad_global_rel_diff"] <= 1e-4, run
+    assert run["grad_max_rel_diff"] <= 1e-3, run
+
+
+def test_default_assigner_is_the_later_simota_rule_not_yolox_030s(reference):
+    """A known difference: yolox_fast assigns with the SimOTA of YOLOX after 0.3.0 (candidates within
+    1.5 strides of a GT centre); 0.3.0 takes anchors inside any GT box or within 2.5 strides, and
+    penalises those outside box AND window. Same batch, same weights: the losses differ."""
+    steps = section(reference, "loss_grad")["steps"]
+    for step in ("no_l1", "l1"):
+        assert steps[step]["ours"]["loss_max_rel_diff"] > 1e-3
+        assert steps[step]["ours"]["grad_global_rel_diff"] > 1e-2
+
+
+# --------------------------------------------------------------------------- (b) lr, (c) EMA
+def lrs(run: dict) -> list[float]:
+    return [step["lr"][0] for step in run["steps"]]
+
+
+def test_every_step_uses_the_official_lr_also_across_resumes(reference):
+    for run in section(reference, "schedule")["runs"]:
+        official = lrs(run["official"])
+        # official sets the lr after each step for the next: step k runs at update_lr(k), step 0 at
+        # the optimizer's initial lr (warmup_lr, which is update_lr(0))
+        assert official == pytest.approx(run["update_lr_of_step_index"], rel=1e-12, abs=1e-15)
+        assert lrs(run["official_resumed"]) == official
+        for name in ("ours", "ours_resumed", "ours_resumed_mid_epoch"):
+            assert lrs(run[name]) == pytest.approx(official, rel=1e-12, abs=1e-15), name
+        for name in ("official", "ours"):
+            assert all(len(set(step["lr"])) == 1 for step in run[name]["steps"])  # one lr for all groups
+
+
+def test_ema_updates_and_decay_match_official(reference):
+    for run in section(reference, "schedule")["runs"]:
+        for name in ("ours", "ours_resumed", "ours_resumed_mid_epoch", "official_resumed"):
+            official = run["official"]["steps"]
+            assert [s["ema_updates_before"] for s in run[name]["steps"]] == [
+                s["ema_updates_before"] for s in official
+            ]
+            assert [s["ema_decay_of_update"] for s in run[name]["steps"]] == pytest.approx(
+                [s["ema_decay_of_update"] for s in official], rel=1e-12
+            )
+        # same lr, same EMA: the same weights at the end (EMA up to fp32 rounding of lerp vs mul-add)
+        assert run["final_raw_max_rel_diff"] <= 1e-6
+        assert run["final_ema_max_rel_diff"] <= 1e-5
+
+
+def test_resume_continues_exactly_where_official_restarts_from_the_ema_weights(reference):
+    """A known difference: official's resume loads the checkpoint's "model" (the EMA weights) into the
+    trained model; yolox_fast resumes the raw weights (epoch boundary or mid-epoch) and lands exactly
+    on the uninterrupted run."""
+    for run in section(reference, "schedule")["runs"]:
+        assert run["ours_resumed_raw_vs_uninterrupted"] == 0.0
+        assert run["ours_resumed_mid_epoch_raw_vs_uninterrupted"] == 0.0
+        assert run["official_resumed_raw_vs_uninterrupted"] > 1e-3
+
+
+# --------------------------------------------------------------------------- (d) mosaic close, L1, eval
+def first_epoch_where(run: dict, key: str, value: bool, iters: int) -> int:
+    """0-based epoch of the first step whose `key` is `value`."""
+    return next(i for i, s in enumerate(run["steps"]) if s[key] is value) // iters
+
+
+def eval_epochs(run: dict) -> list[int]:
+    return [e[1] for e in run["events"] if isinstance(e, list) and e[0] == "eval"]
+
+
+def test_mosaic_closes_and_l1_starts_one_epoch_later_than_official(reference):
+    """A known difference: official closes mosaic (and turns L1 on) at the start of epoch
+    max_epoch - no_aug_epochs - 1 (0-based), i.e. no_aug_epochs + 1 epochs without mosaic; yolox_fast
+    at epoch max_epoch - no_aug_epochs. The lr's flat tail is no_aug_epochs long in both."""
+    for run in section(reference, "schedule")["runs"]:
+        cfg = run["config"]
+        last_aug = cfg["max_epoch"] - cfg["no_aug_epochs"]
+        for name, expected in (
+            ("official", last_aug - 1),
+            ("official_resumed", last_aug - 1),
+            ("ours", last_aug),
+        ):
+            assert first_epoch_where(run[name], "mosaic", False, cfg["iters"]) == expected, name
+            assert first_epoch_where(run[name], "use_l1", True, cfg["iters"]) == expected, name
+        for name in ("ours_resumed", "ours_resumed_mid_epoch"):
+            assert run[name]["steps"] == run["ours"]["steps"]
+
+
+def test_official_keeps_prefetched_mosaic_batches_after_close(reference):
+    """A known difference: official's close_mosaic only flips the batch sampler's flag, and its one
+    loader iterator has already handed workers x prefetch_factor (2) batches to its workers with mosaic
+    on; yolox_fast restarts its pipeline so the next batch has no mosaic."""
+    result = section(reference, "schedule")["loader_close"]
+    assert result["mosaic_batches_after_close"] == {"official": 2 * result["workers"], "ours": 0}
+
+
+def test_eval_epochs_each_side(reference):
+    """Official evaluates every eval_interval epochs and, from the epoch mosaic closes, every epoch;
+    yolox_fast every eval_interval epochs, every no-aug epoch and the last one."""
+    for run in section(reference, "schedule")["runs"]:
+        cfg = run["config"]
+        epochs = range(1, cfg["max_epoch"] + 1)
+        close = cfg["max_epoch"] - cfg["no_aug_epochs"]  # 1-based epoch official closes mosaic at
+        assert eval_epochs(run["official"]) == [
+            e for e in epochs if e % cfg["eval_interval"] == 0 or e >= close
+        ]
+        assert eval_epochs(run["ours"]) == [
+            e for e in epochs if e % cfg["eval_interval"] == 0 or e > close or e == cfg["max_epoch"]
+        ]
+
+
+# --------------------------------------------------------------------------- (e) augmentation
+def test_augmentation_steps_match_official_given_the_same_draws(reference):
+    result = section(reference, "augment_pieces")
+    assert result["hsv"]["max_abs_pixel_diff"] == 0  # lookup tables give the int16 arithmetic's values
+    assert result["mirror"] == {"max_abs_pixel_diff": 0, "max_abs_box_diff": 0.0}
+    assert result["letterbox"] == {"max_abs_pixel_diff": 0.0, "max_abs_ratio_diff": 0.0}
+    assert result["mosaic_placement"]["mismatches"] == 0
+    assert result["affine_boxes"]["max_abs_box_diff"] <= 1e-9
+    tt = result["train_transform"]
+    assert tt["max_abs_pixel_diff"] == 0.0 and tt["max_abs_label_diff_common"] <= 1e-5
+
+
+def test_affine_pivots_about_the_canvas_centre_where_official_pivots_about_the_origin(reference):
+    """A known difference: from the same draws the rotation/scale/shear part is official's, but
+    yolox_fast's translation differs by out_size / 2 - L @ canvas_centre (it maps the mosaic canvas's
+    centre to the output's centre; official maps the origin to a U(-0.1, 0.1) * size offset)."""
+    result = section(reference, "augment_pieces")["affine_matrix"]
+    assert result["max_abs_linear_diff"] <= 1e-9
+    assert result["max_abs_shift_minus_expected"] <= 1e-6
+
+
+def test_boxes_of_one_to_two_pixels_official_keeps_ours_drops(reference):
+    """A known difference: TrainTransform keeps boxes with min side > 1 px (official) or > 2 px (ours)."""
+    tt = section(reference, "augment_pieces")["train_transform"]
+    assert (tt["official_boxes_kept"], tt["ours_boxes_kept"]) == (3, 2)
+    assert min(tt["official_min_sides"]) == pytest.approx(1.75)
+
+
+def test_training_sample_statistics(reference):
+    """The figures behind the README's side-by-side table (same images, same settings, 300 samples)."""
+    result = section(reference, "data_stats")
+    official, ours = result["official"], result["ours"]
+    samples = result["settings"]["samples"]
+    for side in (official, ours):
+        assert side["samples"] == samples
+        assert abs(side["mosaic_samples"] / samples - result["settings"]["mosaic_prob"]) < 0.1
+        assert side["boxes_per_image"] > 1
+        # every box visible in full is kept by both
+        assert side["kept_of_visible_whole"] == 1.0
+    # ours' box_candidates: nothing of 2 px or less, few boxes under a tenth visible
+    assert ours["share_min_side_le_2px"] == 0.0 and official["share_min_side_le_2px"] > 0
+    assert ours["kept_of_visible_lt_10"] < 0.5 * official["kept_of_visible_lt_10"]
+    assert official["kept_of_visible_10_50"] >= 0.98  # official drops only boxes of <= 1 px
+    # the affine pivot: official's output shows the mosaic centre less often, and more padding
+    assert official["centre_visible"] < ours["centre_visible"]
+    assert official["tile_cover"] < ours["tile_cover"]
+
+
+# --------------------------------------------------------------------------- (f) evaluation
+def test_eval_preprocessing_matches_official(reference):
+    result = section(reference, "eval_pipeline")["preprocess"]
+    assert result["non_square_images"] > 0
+    assert result["max_abs_pixel_diff"] == 0.0 and result["info_or_id_mismatches"] == 0
+    assert result["category_ids"] == result["official_class_ids"] == [3, 7, 11, 20]
+
+
+def test_postprocess_matches_official(reference):
+    result = section(reference, "eval_pipeline")["postprocess"]
+    assert result["count_mismatches"] == 0 and result["max_abs_diff"] == 0.0
+
+
+def test_evaluation_matches_official(reference):
+    result = section(reference, "eval_pipeline")["evaluation"]
+    assert (result["test_conf"], result["nmsthre"]) == (
+        result["official_test_conf"],
+        result["official_nmsthre"],
+    )
+    assert result["same_rows_per_image"] and result["ours_records"] == result["official_records"] > 0
+    assert result["max_abs_row_diff"] <= 1e-3  # px: float32 (official) vs float64 (ours) unscaling
+    assert result["ours_ap50_95"] == pytest.approx(result["official_ap50_95"], abs=1e-9)
+    assert result["ours_ap50"] == pytest.approx(result["official_ap50"], abs=1e-9)
+    assert result["ours_scoring_official_records_ap50_95"] == pytest.approx(
+        result["official_ap50_95"], abs=1e-9
+    )
+
+
+def test_fidelity_benchmark_runs_both_sides(tmp_path):
+    """`tools/benchmark.py fidelity` as a user runs it (reference python), on a minute setting."""
+    python = reference_python()
+    if python is None:
+        pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    cmd = [python, str(REPO / "tools" / "benchmark.py"), "fidelity", "--seeds", "0", "--num-train", "16",
+           "--num-val", "4", "--image-size", "96", "--size", "64", "--batch", "8", "--epochs", "2",
+           "--no-aug-epochs", "1", "--workers", "0", "--out", str(tmp_path)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "mean [min-max] over seeds 0" in proc.stdout
+    results = json.loads((tmp_path / "results.json").read_text())["results"]["0"]
+    for side in ("official", "ours"):
+        assert sorted(results[side]["evals"]) == ["1", "2"], side
+        assert sorted(results[side]["losses"]) == ["1", "2"], side
+        assert results[side]["iters_per_epoch"] == 2
+        assert all(0.0 <= ap <= 1.0 for pair in results[side]["evals"].values() for ap in pair)
+
+
+def test_setup_script_reuses_a_ready_environment(tmp_path):
+    """tools/setup_yolox_reference.sh DIR on a ready environment prints its python and installs nothing."""
+    python = reference_python()
+    if python is None:
+        pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    venv = Path(python).parent.parent
+    if not (venv / "pyvenv.cfg").exists():
+        pytest.skip(f"{python} is not in a virtual environment the setup script could have made")
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools" / "setup_yolox_reference.sh"), str(venv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(venv / "bin" / "python")

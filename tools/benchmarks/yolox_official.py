@@ -1,0 +1,122 @@
+"""Official YOLOX 0.3.0 driven on a CPU: its training pieces in a plain loop, and its COCO evaluation.
+
+Needs the reference environment (`tools/setup_yolox_reference.sh`). Official's Trainer and
+COCOEvaluator.evaluate are CUDA-only (device "cuda:N", torch.cuda tensors); everything they call is not,
+so both are repeated here from their source, in their order, with only the CUDA calls left out:
+
+- training (`core/trainer.py`): the exp's model, SGD parameter groups (`exp.get_optimizer`), data loader
+  (MosaicDetection + TrainTransform + YoloBatchSampler + InfiniteSampler + its DataLoader), `yoloxwarmcos`
+  LRScheduler and ModelEMA(0.9998). One loader iterator for the whole run (its DataPrefetcher holds one, so
+  batches prefetched before close_mosaic still come with mosaic). The lr is set after each step for the
+  next one (`update_lr(progress + 1)`); the first step runs at the optimizer's initial lr (warmup_lr).
+  At the start of epoch e (0-based) with e + 1 == max_epoch - no_aug_epochs: close_mosaic, L1 on,
+  eval_interval = 1. After epoch e: evaluate the EMA model when (e + 1) % eval_interval == 0.
+  Multi-scale is not drawn (the runs here keep one input size); BN statistics need no all-reduce (one
+  process); no checkpoints are written.
+- evaluation (`evaluators/coco_evaluator.py`): forward, `postprocess(conf, nms)`, its
+  `convert_to_coco_format` and `evaluate_prediction` (pycocotools, or its compiled COCOeval when built).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def official_nano_exp(fields: dict):
+    """Official's yolox-nano exp with `fields` set (attribute -> value)."""
+    from yolox.exp import get_exp
+
+    exp = get_exp(None, "yolox-nano")
+    for key, value in fields.items():
+        if not hasattr(exp, key):
+            raise AttributeError(f"official YOLOX's exp has no field {key!r}")
+        setattr(exp, key, value)
+    return exp
+
+
+@torch.no_grad()
+def official_detections(evaluator, model) -> list[dict]:
+    """COCOEvaluator.evaluate's inference part on the model's device: COCO result records."""
+    from yolox.utils import postprocess
+
+    training = model.training
+    model.eval()
+    records = []
+    for imgs, _, info_imgs, ids in evaluator.dataloader:
+        outputs = model(imgs.float())
+        outputs = postprocess(outputs, evaluator.num_classes, evaluator.confthre, evaluator.nmsthre)
+        records.extend(evaluator.convert_to_coco_format(outputs, info_imgs, ids))
+    model.train(training)
+    return records
+
+
+def official_evaluate(evaluator, model) -> tuple[float, float]:
+    """(AP50:95, AP50) as COCOEvaluator.evaluate computes them."""
+    records = official_detections(evaluator, model)
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' progress lines
+        ap50_95, ap50, _ = evaluator.evaluate_prediction(records, torch.tensor([0.0, 0.0, 1.0]))
+    return float(ap50_95), float(ap50)
+
+
+def train_official(
+    exp, batch_size: int, seed: int, on_epoch: Callable[[dict], None] | None = None
+) -> tuple[list[dict], dict]:
+    """Train `exp` as official's Trainer would, on this process's device (CPU).
+
+    Returns (one dict per epoch {"epoch" (1-based), "train_seconds", "loss" (mean total loss of its
+    steps), and when evaluated "ap50_95", "ap50"},
+    {"iters_per_epoch", "steps"}). `on_epoch` is called with each epoch's dict as it finishes.
+    """
+    from yolox.utils import ModelEMA
+
+    exp.seed = seed
+    random.seed(seed)  # official tools/train.py seeds python and torch (not numpy) when exp.seed is set
+    torch.manual_seed(seed)
+    model = exp.get_model()
+    model.train()
+    optimizer = exp.get_optimizer(batch_size)
+    train_loader = exp.get_data_loader(
+        batch_size=batch_size, is_distributed=False, no_aug=False, cache_img=False
+    )
+    max_iter = len(train_loader)
+    lr_scheduler = exp.get_lr_scheduler(exp.basic_lr_per_img * batch_size, max_iter)
+    ema = ModelEMA(model, 0.9998)
+    evaluator = exp.get_evaluator(batch_size=batch_size, is_distributed=False)
+    batches = iter(train_loader)
+    epochs, steps = [], 0
+    for epoch in range(exp.max_epoch):
+        t0, losses = time.perf_counter(), []
+        if epoch + 1 == exp.max_epoch - exp.no_aug_epochs:
+            train_loader.close_mosaic()
+            model.head.use_l1 = True
+            exp.eval_interval = 1
+        for it in range(max_iter):
+            inps, targets = next(batches)[:2]
+            inps, targets = exp.preprocess(inps.float(), targets.float(), exp.input_size)
+            loss = model(inps, targets)["total_loss"]
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ema.update(model)
+            lr = lr_scheduler.update_lr(epoch * max_iter + it + 1)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            steps += 1
+            losses.append(float(loss.detach()))
+        record = {
+            "epoch": epoch + 1,
+            "train_seconds": time.perf_counter() - t0,
+            "loss": sum(losses) / len(losses),
+        }
+        if (epoch + 1) % exp.eval_interval == 0:
+            record["ap50_95"], record["ap50"] = official_evaluate(evaluator, ema.ema)
+        epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+    return epochs, {"iters_per_epoch": max_iter, "steps": steps}
