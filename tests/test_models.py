@@ -183,7 +183,13 @@ def test_training_forward_hands_decoded_fp32_boxes_to_yolox_loss():
     assert calls["obj"].shape == (2, a, 1) and calls["cls"].shape == (2, a, 3)
     assert calls["grids"].shape == (a, 2) and calls["strides"].shape == (a,)
     assert calls["labels"] is labels
-    assert calls["kwargs"] == {"use_l1": True, "center_radius": 1.5, "topk": 7, "max_bytes": None}
+    assert calls["kwargs"] == {
+        "use_l1": True,
+        "center_radius": 2.5,
+        "box_prior": True,
+        "topk": 7,
+        "max_bytes": None,
+    }
     # stride-8 level: 8 x 12 cells, row-major, grid = (x, y)
     assert calls["grids"][13].tolist() == [1.0, 1.0] and calls["strides"][:96].eq(8).all()
     assert calls["grids"][96].tolist() == [0.0, 0.0] and calls["strides"][96] == 16

@@ -59,18 +59,27 @@ def random_case(seed: int, num_images: int = 4, size: int = 96, num_classes: int
     }
 
 
+# YOLOX 0.3.0's rule (the default) and the later one: both must equal the per-image reference exactly
+RULES = {
+    "yolox_0.3.0": {"center_radius": 2.5, "box_prior": True},
+    "later_yolox": {"center_radius": 1.5, "box_prior": False},
+}
+rules = pytest.mark.parametrize("rule", list(RULES.values()), ids=list(RULES))
+
+
 def assignments_differ(a, b):
     """(N, A) bool: anchors where fg or (for fg anchors) the matched GT differ."""
     return (a.fg_mask != b.fg_mask) | (a.fg_mask & (a.matched_gt != b.matched_gt))
 
 
-def test_matches_reference_on_random_batches():
+@rules
+def test_matches_reference_on_random_batches(rule):
     differing = total = 0
     fg_total = 0
     for seed in range(60):
         batch = random_case(seed, size=(64, 96, 128)[seed % 3])
-        ref = simota_assign_reference(**batch)
-        fast = simota_assign(**batch)
+        ref = simota_assign_reference(**batch, **rule)
+        fast = simota_assign(**batch, **rule)
         diff = assignments_differ(ref, fast)
         differing += int(diff.sum())
         total += diff.numel()
@@ -83,17 +92,19 @@ def test_matches_reference_on_random_batches():
     assert differing == 0
 
 
-def test_matches_reference_at_416_px_80_classes():
+@rules
+def test_matches_reference_at_416_px_80_classes(rule):
     batch = make_inputs(6, 416, 80, seed=3)
-    ref = simota_assign_reference(**batch)
-    fast = simota_assign(**batch)
+    ref = simota_assign_reference(**batch, **rule)
+    fast = simota_assign(**batch, **rule)
     assert ref.num_fg > 100
     assert fast.num_fg == ref.num_fg
     assert not assignments_differ(ref, fast).any()
     assert torch.equal(ref.matched_iou, fast.matched_iou)
 
 
-def test_anchor_layout_without_grids_gives_same_assignment():
+@rules
+def test_anchor_layout_without_grids_gives_same_assignment(rule):
     # Permuted anchors are not row-major grids: windows are then found by testing every anchor.
     batch = random_case(7, num_images=3)
     perm = torch.randperm(batch["strides"].numel(), generator=torch.Generator().manual_seed(0))
@@ -101,8 +112,8 @@ def test_anchor_layout_without_grids_gives_same_assignment():
     for key in ("pred_boxes", "cls_logits", "obj_logits"):
         shuffled[key] = batch[key][:, perm]
     shuffled["anchor_points"], shuffled["strides"] = batch["anchor_points"][perm], batch["strides"][perm]
-    base = simota_assign(**batch)
-    moved = simota_assign(**shuffled)
+    base = simota_assign(**batch, **rule)
+    moved = simota_assign(**shuffled, **rule)
     assert moved.num_fg == base.num_fg > 0
     assert torch.equal(moved.fg_mask, base.fg_mask[:, perm])
     assert torch.equal(moved.matched_gt[moved.fg_mask], base.matched_gt[:, perm][moved.fg_mask])
@@ -134,11 +145,12 @@ def test_pairwise_iou_agrees_with_torchvision():
         torch.testing.assert_close(ours[i], expected)
 
 
-def test_chunked_equals_unchunked_exactly():
+@rules
+def test_chunked_equals_unchunked_exactly(rule):
     batch = random_case(11, num_images=7, size=128, max_gt=20)
-    whole = simota_assign(**batch, max_bytes=2**40)
+    whole = simota_assign(**batch, max_bytes=2**40, **rule)
     for max_bytes in (1, 20_000, 200_000):
-        chunked = simota_assign(**batch, max_bytes=max_bytes)
+        chunked = simota_assign(**batch, max_bytes=max_bytes, **rule)
         assert torch.equal(chunked.fg_mask, whole.fg_mask)
         assert torch.equal(chunked.matched_gt, whole.matched_gt)
         assert torch.equal(chunked.matched_iou, whole.matched_iou)
@@ -154,7 +166,10 @@ def test_hand_checked_tiny_case():
     cls = torch.full((1, num_anchors, 2), -6.0)
     obj = torch.full((1, num_anchors, 1), -6.0)
     gt = torch.tensor([[[24.0, 24.0, 16.0, 16.0]]])
-    out = simota_assign(pred, cls, obj, points, strides, gt, torch.tensor([[1]]), torch.tensor([[True]]))
+    rule = RULES["later_yolox"]
+    out = simota_assign(
+        pred, cls, obj, points, strides, gt, torch.tensor([[1]]), torch.tensor([[True]]), **rule
+    )
     # Window (0, 48) per axis holds centres 8, 24, 40: anchors 0-2, 4-6, 8-10. Anchor 5 at (24, 24)
     # predicts the GT exactly (IoU 1); its neighbours' boxes only touch it (IoU 0), so the top IoUs sum
     # to 1, dynamic_k = 1, and the lowest cost (equal class costs, IoU cost 0 vs 3 * 18.4) is anchor 5.
@@ -163,12 +178,17 @@ def test_hand_checked_tiny_case():
     assert out.matched_gt[0, 5] == 0
     assert out.matched_iou[0, 5] == 1.0
     ref = simota_assign_reference(
-        pred, cls, obj, points, strides, gt, torch.tensor([[1]]), torch.tensor([[True]])
+        pred, cls, obj, points, strides, gt, torch.tensor([[1]]), torch.tensor([[True]]), **rule
     )
     assert torch.equal(ref.fg_mask, out.fg_mask)
+    # 0.3.0's rule: the cost-free window is the box (16, 32) x (16, 32) AND the centre window: anchor 5
+    # alone; the other candidates are the centre window's. Same pick: it alone has IoU > 0.
+    out = simota_assign(pred, cls, obj, points, strides, gt, torch.tensor([[1]]), torch.tensor([[True]]))
+    assert out.fg_mask[0].nonzero().flatten().tolist() == [5]
 
 
-def test_conflicts_resolved_like_reference():
+@rules
+def test_conflicts_resolved_like_reference(rule):
     # Two same-class GTs around the image centre share their window anchors; predictions are jittered
     # so that no costs tie exactly.
     gen = torch.Generator().manual_seed(0)
@@ -183,19 +203,46 @@ def test_conflicts_resolved_like_reference():
     )[None]
     cls = torch.randn(1, num_anchors, 1, generator=gen) - 2.0
     obj = torch.randn(1, num_anchors, 1, generator=gen)
-    gt = torch.tensor([[[32.0, 32.0, 40.0, 40.0], [33.0, 33.0, 20.0, 20.0]]])
+    gt = torch.tensor([[[32.0, 32.0, 20.0, 20.0], [33.0, 34.0, 22.0, 20.0]]])
     classes = torch.zeros(1, 2, dtype=torch.long)
     alone = [
-        simota_assign(pred, cls, obj, points, strides, gt, classes, torch.tensor([[i == 0, i == 1]]))
+        simota_assign(pred, cls, obj, points, strides, gt, classes, torch.tensor([[i == 0, i == 1]]), **rule)
         for i in range(2)
     ]
     shared = alone[0].fg_mask & alone[1].fg_mask
     assert shared.any()  # both GTs pick these anchors: a conflict to resolve
     both = torch.ones(1, 2, dtype=torch.bool)
-    out = simota_assign(pred, cls, obj, points, strides, gt, classes, both)
-    ref = simota_assign_reference(pred, cls, obj, points, strides, gt, classes, both)
+    out = simota_assign(pred, cls, obj, points, strides, gt, classes, both, **rule)
+    ref = simota_assign_reference(pred, cls, obj, points, strides, gt, classes, both, **rule)
     assert torch.equal(out.fg_mask, ref.fg_mask) and torch.equal(out.matched_gt, ref.matched_gt)
     assert out.fg_mask[shared].all()
+
+
+def test_conflicts_over_anchors_in_nobodys_window_go_to_the_cheapest_gt(monkeypatch):
+    """0.3.0's rule: tiny GTs have (almost) no anchor inside both their box and centre window, so they
+    pick by full cost rows among candidates of nobody's window; two of them claiming the same anchor
+    are resolved by the full cost column, as YOLOX's torch.min over all GTs."""
+    from yolox_fast.models import simota
+
+    calls = []
+    real = simota._cheapest_gt
+    monkeypatch.setattr(simota, "_cheapest_gt", lambda *a: calls.append(1) or real(*a))
+    gen = torch.Generator().manual_seed(4)
+    points, strides = anchor_grid(96)
+    num_anchors = points.shape[0]
+    # two same-class 4 px GTs between anchor centres (no anchor inside either box), every prediction a
+    # ~4 px box near them: both GTs take their cheapest candidates by full rows, and share some
+    jitter = torch.randn(num_anchors, 4, generator=gen)
+    pred = torch.cat([40 + 1.5 * jitter[:, :2], 4.0 * torch.exp(0.1 * jitter[:, 2:])], -1)
+    cls = torch.randn(1, num_anchors, 2, generator=gen)
+    obj = torch.randn(1, num_anchors, 1, generator=gen)
+    gt = torch.tensor([[[40.0, 40.0, 4.0, 4.0], [41.0, 40.5, 4.0, 3.0]]])
+    classes, both = torch.tensor([[0, 0]]), torch.ones(1, 2, dtype=torch.bool)
+    out = simota_assign(pred[None], cls, obj, points, strides, gt, classes, both)
+    ref = simota_assign_reference(pred[None], cls, obj, points, strides, gt, classes, both)
+    assert calls, "the case must exercise conflicts outside every window"
+    assert out.num_fg == ref.num_fg > 2
+    assert torch.equal(out.fg_mask, ref.fg_mask) and torch.equal(out.matched_gt, ref.matched_gt)
 
 
 def test_padding_gts_never_own_anchors_and_order_is_kept():

@@ -81,7 +81,8 @@ def assign_batch(model: torch.nn.Module, imgs: torch.Tensor, targets: torch.Tens
         labels[..., 1:5],
         labels[..., 0].long(),
         labels.sum(-1) > 0,
-        center_radius=seen.get("center_radius", 1.5),
+        center_radius=seen["center_radius"],
+        box_prior=seen["box_prior"],
         topk=seen.get("topk", 10),
         max_bytes=seen.get("max_bytes"),
     )

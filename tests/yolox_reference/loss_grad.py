@@ -1,6 +1,6 @@
 """(a) Loss and gradients on the same batch, same weights: official YOLOX 0.3.0 nano vs yolox_fast nano,
-as it trains ("ours") and with the assigner swapped for 0.3.0's rule ("ours_030", see
-tools/benchmarks/simota_030.py: what is left of the difference once the assignment is the same).
+as it trains ("ours": its batched SimOTA with 0.3.0's rule) and with the later YOLOX SimOTA rule
+("ours_later_rule": simota_box_prior False, simota_center_radius 1.5).
 
 Also: whether both build the same initial weights under the same torch seed, and whether
 `exp.get_optimizer` puts the same parameters into the same SGD groups with the same settings.
@@ -11,12 +11,9 @@ Also: whether both build the same initial weights under the same torch seed, and
 from __future__ import annotations
 
 import copy
-import functools
 
 import common
 import torch
-
-from yolox_fast.models.losses import yolox_loss
 
 NUM_CLASSES = 4
 SIZE = (160, 224)  # (H, W): non-square, so a transposed grid would show
@@ -113,11 +110,9 @@ def collect(argv: list[str] | None = None) -> dict:
         for k in off_sd
     )
     ours.load_state_dict(official.state_dict())
-    from benchmarks.simota_030 import simota_assign_030  # tools/ is on the path once common is imported
-
-    ours_030 = copy.deepcopy(ours)
-    ours_030.head.loss_fn = functools.partial(yolox_loss, assigner=simota_assign_030)
-    models = {"official": official, "ours": ours, "ours_030": ours_030}
+    ours_later = copy.deepcopy(ours)  # the later YOLOX SimOTA rule, an exp switch here
+    ours_later.head.box_prior, ours_later.head.center_radius = False, 1.5
+    models = {"official": official, "ours": ours, "ours_later_rule": ours_later}
 
     imgs, targets = batch(torch.Generator().manual_seed(0))
     steps = {

@@ -5,7 +5,7 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
 
     $(tools/setup_yolox_reference.sh) tools/benchmark.py fidelity                     # the default run
     $(tools/setup_yolox_reference.sh) tools/benchmark.py fidelity --seeds 0 --num-train 48 --epochs 2
-    ... fidelity --ours-assigner yolox030         # ours trained with 0.3.0's SimOTA rule (see simota_030.py)
+    ... fidelity --ours-opts simota_box_prior false simota_center_radius 1.5   # the later SimOTA rule
     ... fidelity --sides ours --ours-opts box_min_size 1 box_min_area_ratio 0 box_max_aspect inf
 
 - Data: `fidelity_data.make_fidelity_set` (generated shapes, 4 classes with category ids 3, 7, 11, 20,
@@ -19,7 +19,7 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
   ceil(N / batch) iterations per epoch, yolox_fast floor), input and test size, multi-scale off,
   test_conf 0.01, nmsthre 0.65, loader workers, torch threads; with the default --eval-interval 1 both
   evaluate every epoch. Not the same, by each side's own design (README "Fidelity to official YOLOX
-  0.3.0"): the SimOTA rule (unless --ours-assigner yolox030), when mosaic closes and L1 starts, the
+  0.3.0"): when mosaic closes and L1 starts, the
   affine pivot and box filter, the augmentation randomness (official reseeds its workers from uuid,
   yolox_fast draws from the seed and the sample position).
 
@@ -51,26 +51,6 @@ REPO = Path(__file__).resolve().parents[2]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
 ITERS_LINE = re.compile(r"iterations\s+(\d+) per epoch")
 LOSS_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?total_loss: ([0-9.]+)")
-
-OURS_030_EXP = '''"""yolox-nano trained with YOLOX 0.3.0's SimOTA rule (written by benchmarks/fidelity.py)."""
-
-import functools
-import sys
-
-sys.path.insert(0, {tools!r})
-
-from benchmarks.simota_030 import simota_assign_030  # noqa: E402
-
-from yolox_fast.exp import get_exp  # noqa: E402
-from yolox_fast.models.losses import yolox_loss  # noqa: E402
-
-
-class Exp(type(get_exp(exp_name="yolox-nano"))):
-    def get_model(self):
-        model = super().get_model()
-        model.head.loss_fn = functools.partial(yolox_loss, assigner=simota_assign_030)
-        return model
-'''
 
 
 def recipe(args, seed: int) -> dict:
@@ -143,13 +123,8 @@ def run_ours(args, dataset_json: Path, out: Path, seed: int) -> dict:
         overrides += [key, str(value).replace(" ", "")]
     # print_interval 1: every step's loss is logged, for the per-epoch mean loss
     overrides += ["print_interval", "1", "save_history_ckpt", "false", *args.ours_opts]
-    if args.ours_assigner == "yolox030":
-        exp_file = out / "ours_yolox030_exp.py"
-        exp_file.write_text(OURS_030_EXP.format(tools=str(REPO / "tools")))
-        exp_args = ["-f", str(exp_file)]
-    else:
-        exp_args = ["-n", "yolox-nano"]
-    name = f"seed{seed}_{args.ours_assigner}"
+    exp_args = ["-n", "yolox-nano"]
+    name = f"seed{seed}" + ("_" + "_".join(args.ours_opts) if args.ours_opts else "")
     cmd = [
         sys.executable,
         str(REPO / "tools" / "train.py"),
@@ -268,12 +243,6 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--degrees", type=float, default=10.0)
     p.add_argument("--translate", type=float, default=0.1)
     p.add_argument("--shear", type=float, default=2.0)
-    p.add_argument(
-        "--ours-assigner",
-        choices=("yolox_fast", "yolox030"),
-        default="yolox_fast",
-        help="yolox030: train ours with YOLOX 0.3.0's SimOTA rule (benchmarks/simota_030.py)",
-    )
     p.add_argument("--ours-opts", nargs="*", default=[], help="extra exp overrides for ours: KEY VALUE ...")
     p.add_argument("--out", default="YOLOX_outputs/fidelity", help="data, logs and results.json go here")
     args = p.parse_args(argv)
@@ -304,7 +273,7 @@ def main(argv: Sequence[str]) -> None:
         f"{args.no_aug_epochs}), lr {args.basic_lr_per_img:.3g}/img, mosaic {args.mosaic_prob} "
         f"{tuple(args.mosaic_scale)}, degrees {args.degrees}, shear {args.shear}, no mixup, "
         f"seeds {args.seeds}, {args.workers} workers and {args.threads} threads each; "
-        f"ours: assigner {args.ours_assigner}" + (f", overrides {args.ours_opts}" if args.ours_opts else "")
+        + (f"; ours with overrides {args.ours_opts}" if args.ours_opts else "")
     )
     if steps_official != steps_ours and len(args.sides) == 2:
         print(

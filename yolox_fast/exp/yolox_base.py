@@ -63,7 +63,8 @@ class Exp(BaseExp):
         "print_interval": int, "eval_interval": int, "save_history_ckpt": bool, "exp_name": str,
         "output_dir": str, "seed": int | None,
         # assignment
-        "simota_center_radius": float, "simota_topk": int, "simota_max_bytes": int | None,
+        "simota_box_prior": bool, "simota_center_radius": float, "simota_topk": int,
+        "simota_max_bytes": int | None,
         # testing
         "test_size": SIZE, "test_conf": float, "nmsthre": float,
     }  # fmt: skip
@@ -138,7 +139,10 @@ class Exp(BaseExp):
         self.exp_name = default_exp_name(type(self))
 
         # ---------------- assignment ---------------- #
-        self.simota_center_radius = 1.5
+        # YOLOX 0.3.0's candidates: anchors inside a GT's box or within simota_center_radius strides of
+        # its centre, cost-free inside both. simota_box_prior False, radius 1.5: the later YOLOX rule.
+        self.simota_box_prior = True
+        self.simota_center_radius = 2.5
         self.simota_topk = 10
         self.simota_max_bytes: int | None = None  # None: a fraction of free device memory
 
@@ -161,6 +165,7 @@ class Exp(BaseExp):
                 self.num_classes, self.width, in_channels=in_channels, act=self.act, depthwise=self.depthwise
             )
             head.center_radius = self.simota_center_radius
+            head.box_prior = self.simota_box_prior
             head.topk = self.simota_topk
             head.max_bytes = self.simota_max_bytes
             self.model = YOLOX(backbone, head)

@@ -24,7 +24,7 @@ class YOLOXHead(nn.Module):
     Training forward: the loss dict of `loss_fn`.
 
     `loss_fn` (default `yolox_loss`) is called as `loss_fn(pred_boxes, obj_logits, cls_logits, raw_reg,
-    grids, strides, labels, use_l1=..., center_radius=..., topk=..., max_bytes=...)` with the
+    grids, strides, labels, use_l1=..., center_radius=..., box_prior=..., topk=..., max_bytes=...)` with the
     arguments `yolox_loss` documents; pass another (a timed one, one with the reference assigner, one
     that records its inputs) to change or watch the training loss without patching any module.
     """
@@ -48,7 +48,8 @@ class YOLOXHead(nn.Module):
         self.loss_fn: LossFn = loss_fn or yolox_loss
         # training-only knobs, set by the trainer / exp
         self.use_l1 = False  # the extra L1 loss on raw box offsets, on in the last no-aug epochs
-        self.center_radius = 1.5  # SimOTA centre prior radius, in units of stride
+        self.center_radius = 2.5  # SimOTA centre prior radius, in units of stride
+        self.box_prior = True  # SimOTA candidates include the anchors inside a GT box (YOLOX 0.3.0)
         self.topk = 10  # SimOTA: candidates per ground truth for the dynamic k
         self.max_bytes: int | None = None  # SimOTA working-memory bound; None: chosen by the assigner
 
@@ -151,6 +152,7 @@ class YOLOXHead(nn.Module):
             labels,
             use_l1=self.use_l1,
             center_radius=self.center_radius,
+            box_prior=self.box_prior,
             topk=self.topk,
             max_bytes=self.max_bytes,
         )

@@ -55,7 +55,8 @@ def yolox_loss(
     labels: torch.Tensor,
     *,
     use_l1: bool,
-    center_radius: float = 1.5,
+    center_radius: float = 2.5,
+    box_prior: bool = True,
     topk: int = 10,
     max_bytes: int | None = None,
     assigner=simota_assign,
@@ -66,7 +67,7 @@ def yolox_loss(
     raw_reg (N, A, 4) regression outputs before decoding; grids (A, 2) cell indices (x, y); strides (A,);
     labels (N, M, 5) [cls, cx, cy, w, h] px, padding rows all zero. Any float dtype; computed in fp32.
     `assigner`: the label assignment, `simota_assign` or anything with its signature (the per-image
-    reference, for benchmarks); center_radius, topk and max_bytes are passed on to it.
+    reference, for benchmarks); center_radius, box_prior, topk and max_bytes are passed on to it.
 
     Each loss is a sum over the batch divided by the foreground count F = max(F_all / world_size, 1),
     where F_all is the foreground count summed over DDP ranks. Under DDP's gradient averaging this is
@@ -93,6 +94,7 @@ def yolox_loss(
             labels[..., 0].long(),
             gt_mask,
             center_radius=center_radius,
+            box_prior=box_prior,
             topk=topk,
             max_bytes=max_bytes,
         )

@@ -45,7 +45,6 @@ from yolox_fast.utils.threads import single_threaded_on_cpu
 
 __all__ = ["SimOTAResult", "simota_assign"]
 
-OUT_OF_WINDOW_COST = 1e6
 IOU_EPS = 1e-8
 BCE_LOG_CLAMP = -100.0
 # Default working-set budget (see _chunk_budget): this fraction of the free GPU memory; on CPU,
@@ -94,14 +93,20 @@ def factorised_class_cost(p_at_class: torch.Tensor, neg_sum: torch.Tensor) -> to
     return (neg_sum - neg) + pos
 
 
-def _prepare(pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight):
+def window_penalty(box_prior: bool) -> float:
+    """What YOLOX adds to the cost outside a GT's window: 1e5 in 0.3.0 (box prior), 1e6 later. Any
+    dominant value orders the costs alike; the exact one rounds them alike."""
+    return 1e5 if box_prior else 1e6
+
+
+def _prepare(pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight, penalty):
     """fp32 copies where needed, obj as (N, A), validity of GTs; checks the cost bound."""
     if obj_logits.dim() == 3:
         obj_logits = obj_logits[..., 0]
     num_classes = cls_logits.shape[-1]
-    # The window shortcut relies on every in-window cost being < 1e6: each BCE term is <= 100.
-    if 100.0 * num_classes + iou_weight * 18.5 >= OUT_OF_WINDOW_COST:
-        raise ValueError(f"SimOTA's 1e6 window penalty is not dominant with {num_classes} classes")
+    # The window shortcut relies on every in-window cost being below the penalty: each BCE term is <= 100.
+    if 100.0 * num_classes + iou_weight * 18.5 >= penalty:
+        raise ValueError(f"SimOTA's {penalty:g} window penalty is not dominant with {num_classes} classes")
     gt_boxes = gt_boxes.float()
     gt_valid = gt_mask.bool() & torch.isfinite(gt_boxes).all(-1)
     return pred_boxes.float(), obj_logits.float(), gt_boxes, gt_valid
@@ -150,67 +155,130 @@ def _grid_levels(
     return levels
 
 
-def _window_slots_grid(levels: list[_Level], centers: torch.Tensor, valid: torch.Tensor, num_anchors: int):
-    """Anchor ids (N, G, K) of each GT's window, from the grids; unused slots hold `num_anchors`.
+def _open_range(
+    coords: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, end) indices of the sorted `coords` strictly inside (lo, hi), elementwise over lo/hi.
 
-    x is in the window iff x > fl(cx - r*s) and x < fl(cx + r*s) in fp32, which is exactly YOLOX's
-    `x - (cx - r*s) > 0` test; searchsorted finds those columns and rows.
+    x > fl(lo) and x < fl(hi) in fp32 is exactly YOLOX's `x - lo > 0` and `hi - x > 0` test.
     """
-    slots = []
+    first = torch.searchsorted(coords, lo.contiguous(), right=True)  # first coord > lo
+    end = torch.searchsorted(coords, hi.contiguous())  # first coord >= hi
+    return first, torch.maximum(end, first)
+
+
+class _Rect(NamedTuple):
+    """Cell rectangles of a level, [x0, x1) x [y0, y1), one per GT: (N, G) each."""
+
+    x0: torch.Tensor
+    x1: torch.Tensor
+    y0: torch.Tensor
+    y1: torch.Tensor
+
+
+def _level_rects(level: _Level, gt_boxes: torch.Tensor, box_prior: bool) -> tuple[_Rect, _Rect | None]:
+    """Each GT's centre window on the level and, with the box prior, the cells inside its box."""
+    cx, cy, w, h = gt_boxes.unbind(-1)
+    d = level.center_dist
+    window = _Rect(*_open_range(level.xs, cx - d, cx + d), *_open_range(level.ys, cy - d, cy + d))
+    if not box_prior:
+        return window, None
+    # YOLOX 0.3.0's box edges: cx - 0.5 * w etc., in fp32
+    box = _Rect(
+        *_open_range(level.xs, cx - 0.5 * w, cx + 0.5 * w), *_open_range(level.ys, cy - 0.5 * h, cy + 0.5 * h)
+    )
+    return window, box
+
+
+def _rect_slots(level: _Level, rect: _Rect, valid: torch.Tensor, num_anchors: int) -> torch.Tensor:
+    """Anchor ids (N, G, K) of each GT's rectangle (row-major); unused slots hold `num_anchors`."""
+    device = rect.x0.device
+    kx = int((rect.x1 - rect.x0).max()) if rect.x0.numel() else 0
+    ky = int((rect.y1 - rect.y0).max()) if rect.y0.numel() else 0
+    cols = rect.x0[..., None] + torch.arange(kx, device=device)  # (N, G, kx)
+    rows = rect.y0[..., None] + torch.arange(ky, device=device)  # (N, G, ky)
+    ok = (rows < rect.y1[..., None])[..., :, None] & (cols < rect.x1[..., None])[..., None, :]
+    ids = level.offset + rows[..., :, None] * level.xs.numel() + cols[..., None, :]  # (N, G, ky, kx)
+    return torch.where(ok & valid[..., None, None], ids, num_anchors).flatten(2)
+
+
+def _rect_union(rects: list[_Rect], valid: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(N, height * width) bool: cells inside any valid GT's rectangle of `rects`, without an (N, G, A)
+    tensor: +1/-1 at each rectangle's corners of a difference grid, then two prefix sums."""
+    n = valid.shape[0]
+    diff = torch.zeros(n, height + 1, width + 1, dtype=torch.int32, device=valid.device)
+    flat = diff.view(-1)
+    image = torch.arange(n, device=valid.device)[:, None].expand_as(valid)
+    for r in rects:
+        keep = valid & (r.x1 > r.x0) & (r.y1 > r.y0)
+        base = image[keep] * (height + 1) * (width + 1)
+        x0, x1, y0, y1 = r.x0[keep], r.x1[keep], r.y0[keep], r.y1[keep]
+        for y, x, sign in ((y0, x0, 1), (y0, x1, -1), (y1, x0, -1), (y1, x1, 1)):
+            flat.index_put_(
+                (base + y * (width + 1) + x,), torch.full_like(x, sign, dtype=torch.int32), accumulate=True
+            )
+    return (diff.cumsum(1).cumsum(2)[:, :height, :width] > 0).flatten(1)
+
+
+def _windows_and_candidates_grid(
+    levels: list[_Level], gt_boxes: torch.Tensor, valid: torch.Tensor, num_anchors: int, box_prior: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(window slots (N, G, K) anchor ids, num_anchors = unused; candidate mask (N, A) bool), from the grids.
+
+    Window of a GT: its centre window, cut to the cells inside its box with the box prior. Candidates of
+    an image: the union of its GTs' centre windows, and with the box prior of their boxes too.
+    """
+    slots, candidates = [], []
     for level in levels:
-        ranges = []
-        for axis, coords in ((0, level.xs), (1, level.ys)):
-            c = centers[..., axis].contiguous()
-            first = torch.searchsorted(coords, c - level.center_dist, right=True)  # first coord > left edge
-            end = torch.searchsorted(coords, c + level.center_dist)  # first coord >= right edge
-            count = int((end - first).max().clamp(min=0)) if c.numel() else 0
-            idx = first[..., None] + torch.arange(count, device=c.device)  # (N, G, count)
-            ranges.append((idx, idx < end[..., None]))
-        (cols, col_ok), (rows, row_ok) = ranges
-        ids = level.offset + rows[..., :, None] * level.xs.numel() + cols[..., None, :]  # (N, G, ky, kx)
-        ok = row_ok[..., :, None] & col_ok[..., None, :] & valid[..., None, None]
-        slots.append(torch.where(ok, ids, num_anchors).flatten(2))
-    return torch.cat(slots, dim=2)
+        window, box = _level_rects(level, gt_boxes, box_prior)
+        cut = window if box is None else _Rect(
+            torch.maximum(window.x0, box.x0), torch.minimum(window.x1, box.x1),
+            torch.maximum(window.y0, box.y0), torch.minimum(window.y1, box.y1),
+        )  # fmt: skip
+        slots.append(_rect_slots(level, cut, valid, num_anchors))
+        rects = [window] if box is None else [window, box]
+        candidates.append(_rect_union(rects, valid, level.ys.numel(), level.xs.numel()))
+    return torch.cat(slots, dim=2), torch.cat(candidates, dim=1)
 
 
-def _window_slots_dense(anchor_points, strides, center_radius, centers, valid):
-    """Anchor ids (N, G, K) of each GT's window by testing every anchor (any anchor layout)."""
+def _windows_and_candidates_dense(
+    anchor_points, strides, center_radius, gt_boxes, valid, box_prior: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `_windows_and_candidates_grid`, by testing every anchor (any anchor layout; (N, G, A) masks)."""
     num_anchors = strides.numel()
     dist = strides.float() * center_radius
     ax, ay = anchor_points[:, 0].float(), anchor_points[:, 1].float()
-    cx, cy = centers[..., 0:1], centers[..., 1:2]
-    inside = (
-        (ax - (cx - dist) > 0)
-        & (ay - (cy - dist) > 0)
-        & ((cx + dist) - ax > 0)
-        & ((cy + dist) - ay > 0)
-        & valid[..., None]
-    )  # (N, G, A)
-    count = int(inside.sum(-1).max()) if inside.numel() else 0
-    flags, ids = torch.sort(inside.to(torch.uint8), dim=-1, descending=True, stable=True)
-    return torch.where(flags[..., :count].bool(), ids[..., :count], num_anchors)
+    cx, cy, w, h = (gt_boxes[..., i : i + 1] for i in range(4))
+    in_window = (
+        (ax - (cx - dist) > 0) & (ay - (cy - dist) > 0) & ((cx + dist) - ax > 0) & ((cy + dist) - ay > 0)
+    )
+    in_window &= valid[..., None]  # (N, G, A)
+    candidates = in_window.any(1)
+    if box_prior:
+        in_box = (
+            (ax - (cx - 0.5 * w) > 0)
+            & (ay - (cy - 0.5 * h) > 0)
+            & ((cx + 0.5 * w) - ax > 0)
+            & ((cy + 0.5 * h) - ay > 0)
+        ) & valid[..., None]
+        candidates |= in_box.any(1)
+        in_window &= in_box
+    count = int(in_window.sum(-1).max()) if in_window.numel() else 0
+    flags, ids = torch.sort(in_window.to(torch.uint8), dim=-1, descending=True, stable=True)
+    return torch.where(flags[..., :count].bool(), ids[..., :count], num_anchors), candidates
 
 
-def _union_candidates(slots: torch.Tensor, num_anchors: int):
-    """Per image, the sorted union of the windows' anchors.
-
-    slots (N, G, K) anchor ids (num_anchors = unused) -> cand (N, U) anchor ids in increasing order
-    (num_anchors past each image's count), num_cand (N,), slot_pos (N, G, K) position of each slot's
-    anchor in cand (meaningless for unused slots).
-    """
-    n, g, k = slots.shape
-    flat = slots.reshape(n, g * k)
-    ordered, perm = flat.sort(dim=1)
-    first = torch.ones_like(ordered, dtype=torch.bool)
-    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    first &= ordered < num_anchors
-    pos = first.cumsum(1) - 1  # (N, G*K) candidate position of each sorted slot
-    num_cand = first.sum(1)
+def _compact(candidates: torch.Tensor, num_anchors: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Candidate mask (N, A) -> (cand (N, U) anchor ids in increasing order, num_anchors past each image's
+    count; num_cand (N,); position (N, A) of each anchor in cand, meaningful where it is a candidate)."""
+    n = candidates.shape[0]
+    position = candidates.cumsum(1) - 1
+    num_cand = candidates.sum(1)
     width = int(num_cand.max()) if n else 0
-    cand = torch.full((n, width + 1), num_anchors, dtype=slots.dtype, device=slots.device)
-    cand.scatter_(1, torch.where(first, pos, width), ordered)
-    slot_pos = torch.empty_like(pos).scatter_(1, perm, pos.clamp_(min=0)).reshape(n, g, k)
-    return cand[:, :width], num_cand, slot_pos
+    cand = torch.full((n, width + 1), num_anchors, dtype=torch.long, device=candidates.device)
+    anchors = torch.arange(num_anchors, device=candidates.device).expand(n, -1)
+    cand.scatter_(1, torch.where(candidates, position, width), anchors)
+    return cand[:, :width], num_cand, position
 
 
 class _Workspace:
@@ -286,12 +354,16 @@ def simota_assign(
     gt_classes: torch.Tensor,
     gt_mask: torch.Tensor,
     *,
-    center_radius: float = 1.5,
+    center_radius: float = 2.5,
+    box_prior: bool = True,
     topk: int = 10,
     iou_weight: float = 3.0,
     max_bytes: int | None = None,
 ) -> SimOTAResult:
     """SimOTA for a whole batch at once (see the module docstring for the exact semantics).
+
+    The defaults are YOLOX 0.3.0's rule (box prior, centre radius 2.5); `box_prior=False,
+    center_radius=1.5` is the later YOLOX rule.
 
     pred_boxes (N, A, 4) cx, cy, w, h px; cls_logits (N, A, C); obj_logits (N, A) or (N, A, 1), any float
     dtype (computed in fp32, also under autocast); anchor_points (A, 2) anchor centres px; strides (A,);
@@ -304,8 +376,9 @@ def simota_assign(
     """
     device = pred_boxes.device
     with torch.autocast(device.type, enabled=False), single_threaded_on_cpu(device):
+        penalty = window_penalty(box_prior)
         pred_boxes, obj_logits, gt_boxes, gt_valid = _prepare(
-            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight
+            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight, penalty
         )
         num_images, num_anchors, num_classes = cls_logits.shape
         _check_classes(gt_classes, gt_valid, num_classes)
@@ -329,18 +402,24 @@ def simota_assign(
 
         levels = _grid_levels(anchor_points.float(), strides.float(), center_radius)
         if levels is not None:
-            slots = _window_slots_grid(levels, gt_boxes[..., :2], gt_valid, num_anchors)
+            slots, candidates = _windows_and_candidates_grid(
+                levels, gt_boxes, gt_valid, num_anchors, box_prior
+            )
         else:
-            slots = _window_slots_dense(anchor_points, strides, center_radius, gt_boxes[..., :2], gt_valid)
-        cand, num_cand, slot_pos = _union_candidates(slots, num_anchors)
+            slots, candidates = _windows_and_candidates_dense(
+                anchor_points, strides, center_radius, gt_boxes, gt_valid, box_prior
+            )
+        cand, num_cand, position = _compact(candidates, num_anchors)
+        slot_pos = torch.gather(position, 1, slots.clamp(max=num_anchors - 1).flatten(1)).view_as(slots)
+        del candidates, position
 
         # Images with work, sorted by size so that a chunk pads little (G and U are per-chunk maxima).
         busy = ((num_gt > 0) & (num_cand > 0)).nonzero()[:, 0]
         key = num_gt[busy] * (int(num_cand.max()) + 1) + num_cand[busy]
         order = busy[torch.argsort(key, stable=True)]
         sizes_u, sizes_g = num_cand[order].tolist(), num_gt[order].tolist()
-        # Outputs and window/candidate tables (their sort above peaked at about six slot tables).
-        resident = fg_mask.numel() * 13 + 6 * slots.numel() * 8
+        # Outputs, window/candidate tables and the (N, A) position map they were made with.
+        resident = fg_mask.numel() * 21 + 4 * slots.numel() * 8
         budget = _chunk_budget(max_bytes, device, resident)
         chunks = _plan_chunks(sizes_u, sizes_g, slots.shape[2], num_classes, budget)
         tables = _BatchTables(
@@ -354,6 +433,7 @@ def simota_assign(
             slots,
             slot_pos,
             cand,
+            penalty,
         )
         outputs = _Outputs(fg_mask, matched_gt, matched_iou)
         workspace = _Workspace(device)
@@ -393,6 +473,7 @@ class _BatchTables(NamedTuple):
     slots: torch.Tensor  # (N, G, K) anchor ids of each GT's window; num_anchors = unused slot
     slot_pos: torch.Tensor  # (N, G, K) position of each slot's anchor among the image's candidates
     cand: torch.Tensor  # (N, U) candidate anchor ids, num_anchors past each image's count
+    penalty: float  # added to the cost outside a GT's window
 
 
 class _Outputs(NamedTuple):
@@ -431,8 +512,8 @@ def _assign_chunk(
     """Assign the images with indices `images` (n,) whose largest has u_max candidates and g_max GTs,
     and write their rows of `outputs`."""
     chunk = _gather_chunk(images, u_max, g_max, tables, ws, topk)
-    slot_cost, slot_bad, picks = _pick_anchors(chunk, topk, iou_weight)
-    owner, fg = _resolve_conflicts(chunk, picks, slot_cost, slot_bad)
+    slot_cost, slot_bad, picks, neg_sum = _pick_anchors(chunk, topk, iou_weight, tables.penalty)
+    owner, fg = _resolve_conflicts(chunk, tables, picks, slot_cost, slot_bad, neg_sum, iou_weight)
 
     num_anchors = tables.cls_logits.shape[1]
     owner_iou = torch.gather(chunk.ious, 1, owner[:, None, :]).squeeze(1)  # (n, U)
@@ -499,9 +580,11 @@ class _Picks(NamedTuple):
     pos: torch.Tensor
 
 
-def _pick_anchors(c: _Chunk, topk: int, iou_weight: float) -> tuple[torch.Tensor, torch.Tensor, _Picks]:
+def _pick_anchors(
+    c: _Chunk, topk: int, iou_weight: float, penalty: float
+) -> tuple[torch.Tensor, torch.Tensor, _Picks, torch.Tensor]:
     """Each GT's dynamic_k cheapest candidates. Returns the window slots' costs (n, G, K) (inf where
-    unusable), which slots are unusable, and the picks."""
+    unusable), which slots are unusable, the picks, and each candidate's target-0 BCE sum (n, U)."""
     n, g_max, u_max = c.ious.shape
     num_classes = c.prob.shape[2]
     device = c.ious.device
@@ -541,13 +624,13 @@ def _pick_anchors(c: _Chunk, topk: int, iou_weight: float) -> tuple[torch.Tensor
     pick_pos = torch.gather(c.slot_pos, 2, pick_slot)[pick_ok]
 
     if row_img.numel():
-        # Full rows: every candidate, out-of-window ones at +1e6 (YOLOX's geometry penalty).
+        # Full rows: every candidate, out-of-window ones at + penalty (YOLOX's geometry constraint).
         in_window = torch.zeros(row_img.numel(), u_max + 1, dtype=torch.bool, device=device)
         in_window.scatter_(
             1, torch.where(c.slot_ok[row_img, row_gt], c.slot_pos[row_img, row_gt], u_max), True
         )
         row_cost = pair_cost(row_p, neg_sum[row_img], c.ious[row_img, row_gt])
-        row_cost += OUT_OF_WINDOW_COST * ~in_window[:, :u_max]
+        row_cost += penalty * ~in_window[:, :u_max]
         row_cost.masked_fill_(c.bad[row_img], inf)  # (R, U)
         k_rows = min(topk, u_max)
         row_pick_cost, row_pick = torch.topk(row_cost, k_rows, dim=1, largest=False)
@@ -557,17 +640,24 @@ def _pick_anchors(c: _Chunk, topk: int, iou_weight: float) -> tuple[torch.Tensor
         pick_img = torch.cat([pick_img, row_img[:, None].expand_as(row_pick)[row_ok]])
         pick_gt = torch.cat([pick_gt, row_gt[:, None].expand_as(row_pick)[row_ok]])
         pick_pos = torch.cat([pick_pos, row_pick[row_ok]])
-    return slot_cost, slot_bad, _Picks(pick_img, pick_gt, pick_pos)
+    return slot_cost, slot_bad, _Picks(pick_img, pick_gt, pick_pos), neg_sum
 
 
 def _resolve_conflicts(
-    c: _Chunk, picks: _Picks, slot_cost: torch.Tensor, slot_bad: torch.Tensor
+    c: _Chunk,
+    t: _BatchTables,
+    picks: _Picks,
+    slot_cost: torch.Tensor,
+    slot_bad: torch.Tensor,
+    neg_sum: torch.Tensor,
+    iou_weight: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(owner GT (n, U), foreground (n, U)) of every candidate.
 
-    An anchor taken more than once goes to the lowest-cost GT over all valid GTs, which is always a GT
-    whose window holds the anchor (in-window costs < 1e6 <= out-of-window ones); ties go to the lowest
-    GT index, as torch.min does.
+    An anchor taken more than once goes to the lowest-cost GT over all valid GTs; ties go to the lowest
+    GT index, as torch.min does. When some GT's window holds the anchor, that is a window GT (in-window
+    costs < penalty <= out-of-window ones), found among the window slots. With the box prior an anchor
+    can be a candidate in nobody's window; the rare such conflicts get their full cost column.
     """
     n, g_max, u_max = c.ious.shape
     device = c.ious.device
@@ -586,5 +676,30 @@ def _resolve_conflicts(
     best_gt = torch.full((n * u_max,), g_max, dtype=torch.long, device=device).scatter_reduce_(
         0, slot_flat[is_best], slot_gt[is_best], "amin"
     )
+    windowless = ((takers > 1) & ~torch.isfinite(best_cost)).nonzero()[:, 0]
+    if windowless.numel():
+        best_gt[windowless] = _cheapest_gt(c, t, windowless, neg_sum, iou_weight)
     owner = torch.where(takers > 1, best_gt, single_owner).view(n, u_max).clamp_(max=g_max - 1)
     return owner, (takers > 0).view(n, u_max)
+
+
+def _cheapest_gt(
+    c: _Chunk, t: _BatchTables, flat: torch.Tensor, neg_sum: torch.Tensor, iou_weight: float
+) -> torch.Tensor:
+    """Index of the lowest-cost valid GT (R,) for the candidates at flat positions `flat` (R,) of the chunk.
+
+    The class probabilities were turned into log terms in place, so p at each GT's class is computed
+    again from the logits, with the same elementwise arithmetic.
+    """
+    num_images, num_anchors, num_classes = t.cls_logits.shape
+    u_max = c.ious.shape[2]
+    img, pos = flat // u_max, flat % u_max
+    rows = c.images[img] * num_anchors + c.cand[img, pos]  # (R,) rows of the flattened predictions
+    logits = t.cls_logits.reshape(-1, num_classes)[rows].float()  # (R, C)
+    p = _class_prob(
+        torch.gather(logits, 1, c.gt_classes[img]), t.obj_logits.reshape(-1)[rows, None]
+    )  # (R, G)
+    iou = c.ious[img, :, pos]  # (R, G)
+    cost = factorised_class_cost(p, neg_sum[img, pos, None]) + iou_weight * -torch.log(iou + IOU_EPS)
+    cost = (cost + t.penalty).masked_fill_(~c.gt_valid[img], float("inf"))
+    return cost.argmin(1)

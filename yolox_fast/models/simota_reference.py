@@ -8,11 +8,11 @@ import torch.nn.functional as F
 
 from yolox_fast.models.simota import (
     IOU_EPS,
-    OUT_OF_WINDOW_COST,
     SimOTAResult,
     _check_classes,
     _class_prob,
     _prepare,
+    window_penalty,
 )
 from yolox_fast.utils.boxes import bboxes_iou
 
@@ -28,17 +28,20 @@ def simota_assign_reference(
     gt_classes: torch.Tensor,
     gt_mask: torch.Tensor,
     *,
-    center_radius: float = 1.5,
+    center_radius: float = 2.5,
+    box_prior: bool = True,
     topk: int = 10,
     iou_weight: float = 3.0,
     max_bytes: int | None = None,
 ) -> SimOTAResult:
-    """Per-image, per-GT SimOTA written like official YOLOX (explicit (G, U, C) BCE); same I/O as
-    `simota_assign` (`max_bytes` is accepted and ignored). For tests and benchmarks."""
+    """Per-image, per-GT SimOTA written like official YOLOX (explicit (G, U, C) BCE; 0.3.0's
+    `get_in_boxes_info` with the box prior); same I/O as `simota_assign` (`max_bytes` is accepted and
+    ignored). For tests and benchmarks."""
     del max_bytes
+    penalty = window_penalty(box_prior)
     with torch.autocast(pred_boxes.device.type, enabled=False):
         pred_boxes, obj_logits, gt_boxes, gt_valid = _prepare(
-            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight
+            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight, penalty
         )
         num_images, num_anchors, num_classes = cls_logits.shape
         _check_classes(gt_classes, gt_valid, num_classes)
@@ -65,6 +68,20 @@ def simota_assign_reference(
             )  # (G, A, 4)
             in_window = deltas.min(dim=-1).values > 0.0  # (G, A)
             is_candidate = in_window.any(dim=0)  # (A,)
+            if box_prior:  # 0.3.0: candidates in any box or window; the cost-free region is box AND window
+                half = gt[:, 2:4] / 2
+                box_deltas = torch.stack(
+                    [
+                        ax - (gt[:, 0:1] - half[:, 0:1]),
+                        ay - (gt[:, 1:2] - half[:, 1:2]),
+                        (gt[:, 0:1] + half[:, 0:1]) - ax,
+                        (gt[:, 1:2] + half[:, 1:2]) - ay,
+                    ],
+                    dim=2,
+                )
+                in_box = box_deltas.min(dim=-1).values > 0.0  # (G, A)
+                is_candidate = is_candidate | in_box.any(dim=0)
+                in_window = in_window & in_box
             if not bool(is_candidate.any()):
                 continue
             window = in_window[:, is_candidate]  # (G, U)
@@ -83,7 +100,7 @@ def simota_assign_reference(
                 onehot.unsqueeze(1).repeat(1, num_cand, 1),
                 reduction="none",
             ).sum(-1)
-            cost = cls_cost + iou_weight * -torch.log(ious + IOU_EPS) + OUT_OF_WINDOW_COST * (~window)
+            cost = cls_cost + iou_weight * -torch.log(ious + IOU_EPS) + penalty * (~window)
             cost[:, bad] = float("inf")
 
             top_ious = torch.topk(ious, min(topk, num_cand), dim=1).values
