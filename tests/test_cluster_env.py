@@ -52,13 +52,14 @@ def test_kubeflow_style_environment_is_one_process_per_machine():
     env = detect({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456"})
     assert (env.launcher, env.rank, env.world_size, env.local_rank) == ("env", 1, 2, 0)
     assert (env.master_addr, env.master_port) == ("job-master-0", 23456)
-    assert "one process per machine" in env.describe()
+    assert "one process per machine" in env.describe() and env.local_rank_assumed
 
 
 def test_local_rank_comes_from_local_rank_then_local_world_size():
     base = {"RANK": "5", "WORLD_SIZE": "8", "MASTER_ADDR": "h", "MASTER_PORT": "1234"}
     assert detect({**base, "LOCAL_WORLD_SIZE": "4"}).local_rank == 1
     assert detect({**base, "LOCAL_WORLD_SIZE": "4", "LOCAL_RANK": "3"}).local_rank == 3
+    assert not detect({**base, "LOCAL_RANK": "0"}).local_rank_assumed
 
 
 def test_world_size_one_is_a_single_process():
@@ -99,7 +100,7 @@ def test_srun_step_reads_slurm_variables():
     assert (env.launcher, env.rank, env.world_size, env.local_rank) == ("slurm", 2, 4, 0)
     assert env.master_addr == "gpu07"
     assert env.master_port == slurm_default_port("123456") == 12000 + 123456 % 20000
-    assert "first host of SLURM_NODELIST" in env.describe()
+    assert "first host of SLURM_NODELIST" in env.describe() and not env.local_rank_assumed
 
 
 def test_srun_prefers_the_step_variables_and_explicit_master():

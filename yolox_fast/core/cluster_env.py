@@ -53,6 +53,7 @@ class ClusterEnv:
     master_port: int | None = None
     local_world_size: int | None = None
     how: str = ""  # where rank, local rank and address came from, for the log
+    local_rank_assumed: bool = False  # nothing said how many processes share this machine: assumed one
 
     def describe(self) -> str:
         """One log line: launcher, rank of world, local rank, rendezvous address."""
@@ -128,6 +129,7 @@ def _plain_env(env: Mapping[str, str]) -> ClusterEnv:
         _port(env, "MASTER_PORT"),
         local_world,
         f"RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; local rank {rule}",
+        local_rank_assumed="LOCAL_RANK" not in env and local_world is None,
     )
 
 

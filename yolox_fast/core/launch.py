@@ -121,7 +121,7 @@ def _launch_from_env(main_func, args, backend, env: ClusterEnv, procs: int, time
         _spawn(main_func, args, backend, url, env.rank, procs, env.world_size * procs, timeout, env.launcher)
         return
     _announce(env, env.launcher)
-    if torch.cuda.is_available() and env.local_rank == 0 and torch.cuda.device_count() > 1:
+    if env.local_rank_assumed and torch.cuda.is_available() and torch.cuda.device_count() > 1:
         logger.warning(
             f"this process sees {torch.cuda.device_count()} GPUs and uses one: start one process per GPU "
             "(LOCAL_RANK set, torchrun, or srun --ntasks-per-node) or pass -d to spawn one per GPU"
