@@ -179,3 +179,36 @@ def test_an_image_rewritten_in_place_changes_the_cache_key(tmp_path):
     img.write_bytes(b"new pixels, other size")
     os.utime(img, ns=(1, 1))
     assert cache_key("shapes", [str(img)], (64, 64)) != before
+
+
+def _build_as_local_rank_0(root, start, out) -> None:
+    """One of two "machines" of torchrun --nnodes 2 on one host: both have LOCAL_RANK 0."""
+    import os
+
+    from loguru import logger
+
+    os.environ["LOCAL_RANK"] = "0"
+    lines: list = []
+    logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+    start.wait(30)
+    cache = build_cache(_dataset(root, (112, 112)), "ram")
+    out.put((sum("building cache" in x for x in lines), str(cache.path), int(np.asarray(cache.array).sum())))
+
+
+def test_two_local_rank_0_processes_on_one_host_build_one_cache(tiny_root, shm_dir):
+    """The builder is whoever takes the file lock first, not "local rank 0": two node agents on one host
+    (both local rank 0) share the host's cache, one builds and the other maps what it wrote."""
+    ctx = mp.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_build_as_local_rank_0, args=(tiny_root, start, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    start.set()
+    try:
+        results = [out.get(timeout=60) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(30)
+    assert sorted(built for built, _, _ in results) == [0, 1]  # exactly one of the two built it
+    assert len({(path, total) for _, path, total in results}) == 1  # ... and both read the same pixels
+    assert len(list(shm_dir.glob("*.bin"))) == 1 and not list(shm_dir.glob("*.tmp-*"))

@@ -64,7 +64,7 @@ def evaluate(args) -> tuple:
         torch.manual_seed(args.seed)
     if world > 1 and args.batch_size % world:
         raise ValueError(f"batch size {args.batch_size} is not divisible by the {world} processes")
-    device = torch.device(f"cuda:{dist_utils.get_local_rank()}" if torch.cuda.is_available() else "cpu")
+    device = dist_utils.local_device()
 
     ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
     if args.speed and args.ckpt is None and not os.path.isfile(ckpt):

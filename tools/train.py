@@ -1,12 +1,12 @@
 """Train a YOLOX model: `python tools/train.py -f exps/example/shapes_nano.py` (YOLOX's flags).
 
 One machine, K processes: `-d K` (or `torchrun --nproc_per_node K tools/train.py ...`); many machines:
-torchrun, or YOLOX's --num_machines/--machine_rank/--dist-url. See README "Training on many machines".
+torchrun, srun, a RANK/WORLD_SIZE launcher (Kubeflow), or YOLOX's --num_machines/--machine_rank/--dist-url.
+See README "Training on many machines".
 """
 
 import argparse
 
-import torch
 from loguru import logger
 
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
@@ -29,7 +29,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--devices",
         type=int,
         default=None,
-        help="processes on this machine (default: all GPUs, or 1 on CPU)",
+        help="processes on this machine (default: all GPUs, or 1 on CPU; 1 per process started by "
+        "torchrun, srun or a RANK/WORLD_SIZE launcher)",
     )
     parser.add_argument(
         "--dist-backend", type=str, default=None, help="nccl or gloo (default: nccl on CUDA, else gloo)"
@@ -46,7 +47,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--auto-resume",
         action="store_true",
-        help="continue from latest_ckpt.pth if it exists (always on after a torchrun restart)",
+        help="continue from latest_ckpt.pth if it exists, so that a re-run (requeued job, restarted pod) "
+        "continues (always on after a torchrun restart or SLURM requeue)",
+    )
+    parser.add_argument(
+        "--force-lock",
+        action="store_true",
+        help="take over the output folder's .lock left by a run on another host (check that it is gone)",
     )
     parser.add_argument("-e", "--start_epoch", type=int, default=None, help="epoch to resume at (1-based)")
     amp = parser.add_mutually_exclusive_group()
@@ -93,10 +100,9 @@ def main() -> None:
     args = parse_args()
     if args.occupy:
         logger.info("-o/--occupy has no effect here: PyTorch's caching allocator keeps memory once used")
-    devices = args.devices if args.devices is not None else max(1, torch.cuda.device_count())
     launch(
         run_training,
-        devices,
+        args.devices,
         num_machines=args.num_machines,
         machine_rank=args.machine_rank,
         backend=args.dist_backend,

@@ -25,6 +25,7 @@ from tabulate import tabulate
 from torch import nn
 
 from yolox_fast.core.demo import write_demo_image
+from yolox_fast.core.launch import launcher_name
 from yolox_fast.data.datasets.base import CorruptImageError
 from yolox_fast.inference import Predictor
 from yolox_fast.utils import dist as dist_utils
@@ -39,6 +40,7 @@ from yolox_fast.utils.checkpoint import (
 from yolox_fast.utils.ema import ModelEMA, unwrap_model
 from yolox_fast.utils.logger import setup_logger
 from yolox_fast.utils.metric import MeterBuffer, memory_mb
+from yolox_fast.utils.run_lock import RunLockError, claim_output_folder
 
 # BN statistics stay per rank while training, as in YOLOX (they are averaged before each eval);
 # newer torch names the switch forward_sync_buffers and deprecates broadcast_buffers
@@ -114,7 +116,7 @@ class Trainer:
                 f"-b {args.batch_size} must be a multiple of the number of processes ({self.world_size})"
             )
         self.batch_size = args.batch_size
-        self.device = torch.device(f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu")
+        self.device = dist_utils.local_device()
         self.file_name = os.path.join(exp.output_dir, args.experiment_name)
         setup_logger(self.file_name, distributed_rank=self.rank, filename="train_log.txt", mode="a")
 
@@ -253,7 +255,9 @@ class Trainer:
                 )
         if self.is_distributed:
             model = nn.parallel.DistributedDataParallel(
-                model, device_ids=[self.local_rank] if self.device.type == "cuda" else None, **_NO_BUFFER_SYNC
+                model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                **_NO_BUFFER_SYNC,
             )
         self.model = model
         self.model.train()
@@ -586,6 +590,7 @@ class Trainer:
                 "processes",
                 f"{self.world_size} ({dist.get_backend() if self.is_distributed else 'single process'})",
             ),
+            ("launcher", launcher_name()),
             ("amp", str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "off (fp32)"),
             ("batch", f"{self.batch_size} total, {self.batch_size // self.world_size} per process"),
             ("lr", f"{self.exp.basic_lr_per_img * self.batch_size:.4g} ({self.exp.scheduler})"),
@@ -656,14 +661,22 @@ def run_training(args) -> None:
     The exp is rebuilt here from the command line (`core.cli.build_exp`), so spawned workers
     need only the plain-data arguments. A SIGINT/SIGTERM ends the process with code 128 + signal
     after the checkpoint is written: torchrun counts that as a failure and restarts when allowed.
+    A second run into an output folder in use exits with code 1 before it writes anything there.
     """
     from yolox_fast.core.cli import build_exp
 
     exp = build_exp(args)
-    trainer = Trainer(exp, args)
+    # one run per output folder, locked before anything is written there (utils/run_lock.py)
     try:
-        trainer.train()
+        lock = claim_output_folder(os.path.join(exp.output_dir, args.experiment_name), args.force_lock)
+    except RunLockError as err:
+        logger.error(str(err))
+        raise SystemExit(1) from None
+    try:
+        Trainer(exp, args).train()
     except TrainingStopped as stop:
         where = f"checkpoint {stop.path}" if stop.path else "the checkpoint on rank 0"
         logger.warning(f"{stop}: {where} holds the current iteration; continue with --resume")
         raise SystemExit(128 + stop.signum) from None
+    finally:
+        lock.release()

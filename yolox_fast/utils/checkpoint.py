@@ -232,9 +232,19 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+AGREED_RESTARTS_VAR = "YOLOX_FAST_RESTART_COUNT"  # the launcher's maximum over all ranks
+
+
 def restart_count() -> int:
-    """How many times torchrun's elastic agent restarted this job (0 outside torchrun)."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    """How many times this job was restarted: torchrun's elastic restarts (TORCHELASTIC_RESTART_COUNT)
+    plus SLURM requeues (SLURM_RESTART_COUNT, kept by `sbatch --requeue` jobs); 0 on a first start.
+
+    In a process group the launcher stores the maximum over all ranks in YOLOX_FAST_RESTART_COUNT, so
+    every rank makes the same resume decision (two torchrun agents can count differently).
+    """
+    if AGREED_RESTARTS_VAR in os.environ:
+        return int(os.environ[AGREED_RESTARTS_VAR])
+    return sum(int(os.environ.get(k, "0")) for k in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
 
 
 def resume_checkpoint_path(
@@ -242,14 +252,14 @@ def resume_checkpoint_path(
 ) -> str | None:
     """Which checkpoint a training run continues from, or None for a fresh start (or a fine-tune from -c).
 
-    - After a torchrun restart (`restarts` > 0) the newest position, `<output_dir>/latest_ckpt.pth`,
-      wins over -c and -e: otherwise finished epochs would be redone.
+    - After a torchrun restart or a SLURM requeue (`restarts` > 0) the newest position,
+      `<output_dir>/latest_ckpt.pth`, wins over -c and -e: otherwise finished epochs would be redone.
     - `--resume` continues from -c if given, else from latest (an error if it does not exist).
     - `--auto-resume` (and any restart) continues from latest when it exists, else starts fresh.
     """
     latest = os.path.join(output_dir, "latest_ckpt.pth")
     if restarts > 0 and os.path.isfile(latest):
-        logger.info(f"torchrun restart {restarts}: continuing from {latest}")
+        logger.info(f"restart {restarts} (torchrun restart or SLURM requeue): continuing from {latest}")
         return latest
     if resume:
         path = ckpt or latest

@@ -27,6 +27,13 @@ def get_local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", get_rank()))
 
 
+def local_device() -> torch.device:
+    """This process's device: the current CUDA device (launch sets it from the local rank), else CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def get_local_size() -> int:
     """Processes on this machine: torchrun's LOCAL_WORLD_SIZE, else the world size."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
