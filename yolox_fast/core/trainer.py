@@ -221,7 +221,7 @@ class Trainer:
         self.optimizer = self.exp.get_optimizer(self.batch_size)
         ckpt = self._load_starting_point(model)
 
-        self.no_aug = self.start_epoch >= self.max_epoch - self.exp.no_aug_epochs
+        self.no_aug = self.start_epoch >= self.mosaic_close_epoch
         self.exp.prepare_dataset()
         self.train_loader = self.exp.get_data_loader(
             batch_size=self.batch_size // self.world_size,
@@ -280,8 +280,8 @@ class Trainer:
 
     def before_epoch(self) -> None:
         logger.info(f"---> start epoch {self.epoch + 1}/{self.max_epoch}")
-        if self.epoch >= self.max_epoch - self.exp.no_aug_epochs and not self.no_aug:
-            # the last no_aug_epochs epochs see un-augmented images, and the L1 box loss joins in
+        if self.epoch >= self.mosaic_close_epoch and not self.no_aug:
+            # from here on un-augmented images, the L1 box loss, and an eval every epoch
             logger.info("---> mosaic and mixup off, L1 loss on, eval every epoch from now on")
             self.train_loader.close_mosaic()
             unwrap_model(self.model).head.use_l1 = True
@@ -334,6 +334,16 @@ class Trainer:
             self.save_ckpt("best", start_epoch=self.epoch + 1, it=0)
         dist_utils.synchronize()
         return improved
+
+    @property
+    def mosaic_close_epoch(self) -> int:
+        """The (0-based) epoch from which mosaic and mixup are off and L1 is on.
+
+        As YOLOX 0.3.0's trainer (`epoch + 1 == max_epoch - no_aug_epochs`): one epoch before the lr's
+        flat tail of no_aug_epochs begins, so no_aug_epochs + 1 epochs train without mosaic (the last
+        one too when no_aug_epochs is 0). Kept so that the same recipe trains the same here.
+        """
+        return max(0, self.max_epoch - self.exp.no_aug_epochs - 1)
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -528,7 +538,7 @@ class Trainer:
         no-aug phase."""
         if self.tblogger is None or self.iter != 0:
             return
-        first_no_aug = self.epoch == max(0, self.max_epoch - self.exp.no_aug_epochs)
+        first_no_aug = self.epoch == self.mosaic_close_epoch
         if self.epoch != self.start_epoch and not first_no_aug:
             return
         import cv2
