@@ -1,4 +1,4 @@
-"""Benchmarks: `python tools/benchmark.py {simota,data,demo,train,fidelity} [options]`.
+"""Benchmarks: `python tools/benchmark.py {simota,data,demo,train,fidelity,vs-yolox} [options]`.
 
 Each prints its figures and the ratio against a baseline measured in the same run.
 """
@@ -6,7 +6,7 @@ Each prints its figures and the ratio against a baseline measured in the same ru
 import importlib
 import sys
 
-SUITES = ("simota", "data", "demo", "train", "fidelity")
+SUITES = ("simota", "data", "demo", "train", "fidelity", "vs-yolox")
 
 
 def main() -> None:
@@ -16,7 +16,7 @@ def main() -> None:
             "   (-h after a suite for its options)"
         )
         sys.exit(2)
-    suite = importlib.import_module(f"benchmarks.{sys.argv[1]}")
+    suite = importlib.import_module(f"benchmarks.{sys.argv[1].replace('-', '_')}")
     suite.main(sys.argv[2:])
 
 

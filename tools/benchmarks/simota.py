@@ -36,6 +36,7 @@ from tabulate import tabulate
 
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
+from yolox_fast.utils import amp
 
 # The benchmark times the assigner on the same training-shaped batches the tests check it on.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
@@ -103,6 +104,36 @@ def peak_bytes(fn: Callable[[], object], device: torch.device, cpu_peak: CpuPeak
     return cpu_peak.stop()
 
 
+def official_assigner() -> Callable[..., object] | None:
+    """YOLOX 0.3.0's assignment in `simota_assign`'s argument layout: its head's `get_assignments`, image by
+    image as its `get_losses` calls it; None when official YOLOX is not importable (run with the
+    reference python, tools/setup_yolox_reference.sh)."""
+    try:
+        from yolox.models.yolo_head import YOLOXHead as OfficialHead
+    except ImportError:
+        return None
+    heads: dict[int, object] = {}
+
+    def assign(pred_boxes, cls_logits, obj_logits, anchor_points, strides, gt_boxes, gt_classes, gt_mask):
+        num_images, num_anchors, num_classes = cls_logits.shape
+        if num_classes not in heads:
+            heads[num_classes] = OfficialHead(num_classes, width=0.25).to(pred_boxes.device)
+        head = heads[num_classes]
+        x_shifts = (anchor_points[:, 0] / strides - 0.5)[None]  # cell indices, as official keeps them
+        y_shifts = (anchor_points[:, 1] / strides - 0.5)[None]
+        labels = torch.cat([gt_classes[..., None].float(), gt_boxes], -1) * gt_mask[..., None]
+        for i in range(num_images):
+            num_gt = int(gt_mask[i].sum())  # official reads the first num_gt rows
+            if num_gt:
+                gts, classes = gt_boxes[i, :num_gt], gt_classes[i, :num_gt].float()
+                head.get_assignments(
+                    i, num_gt, num_anchors, gts, classes, pred_boxes[i],
+                    strides[None], x_shifts, y_shifts, cls_logits, pred_boxes, obj_logits, labels, None,
+                )  # fmt: skip
+
+    return assign
+
+
 def _mib(b: float) -> str:
     return f"{b / 2**20:.1f}"
 
@@ -121,47 +152,82 @@ def run_table(
     full: bool,
     est_images: int,
     max_bytes: int | None,
+    amp_dtype: torch.dtype | None = None,
 ) -> list[list]:
+    """One row per (size, N): seconds per call and peak memory of the batched assigner, the per-image
+    reference and (when importable) official YOLOX 0.3.0, with the speed-ups against both."""
+    official = official_assigner()
+    per_image = {"reference": simota_assign_reference, **({"official": official} if official else {})}
     rows = []
     timed = {}
+
+    def autocast():
+        return torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
+
+    def under_autocast(fn, **batch):
+        def call():
+            with autocast():
+                fn(**batch)
+
+        return call
+
     for size in sizes:
         batch_all = make_inputs(max(batch_sizes), size, num_classes, device=device)
+        if amp_dtype is not None:  # the head's outputs under autocast: half-precision predictions
+            for key in ("pred_boxes", "cls_logits", "obj_logits"):
+                batch_all[key] = batch_all[key].to(amp_dtype)
         for n in batch_sizes:
             batch = _slice(batch_all, n)
-            fast = time_call(partial(simota_assign, **batch, max_bytes=max_bytes), device, repeats)
+            fast = time_call(
+                under_autocast(partial(simota_assign, max_bytes=max_bytes), **batch), device, repeats
+            )
             estimate = device.type == "cpu" and n >= 256 and not full
-            ref_repeats = max(2, repeats // 2)
-            if estimate:
-                sub = _slice(batch_all, est_images)
-                ref = time_call(partial(simota_assign_reference, **sub), device, ref_repeats) * n / est_images
-            else:
-                ref = time_call(partial(simota_assign_reference, **batch), device, ref_repeats)
-            timed[(size, n)] = (ref, fast, estimate)
-            logger.info(f"{size} px N={n}: reference {ref:.4f} s, batched {fast:.4f} s")
+            times = {"batched": fast}
+            for name, fn in per_image.items():
+                slow_repeats = max(2, repeats // 2)
+                if estimate:
+                    sub = _slice(batch_all, est_images)
+                    times[name] = time_call(under_autocast(fn, **sub), device, slow_repeats) * n / est_images
+                else:
+                    times[name] = time_call(under_autocast(fn, **batch), device, slow_repeats)
+            timed[(size, n)] = (times, estimate)
+            logger.info(f"{size} px N={n}: " + ", ".join(f"{k} {v:.4f} s" for k, v in times.items()))
     cpu_peak = CpuPeak() if device.type == "cpu" else None
     for size in sizes:
         batch_all = make_inputs(max(batch_sizes), size, num_classes, device=device)
         for n in batch_sizes:
             batch = _slice(batch_all, n)
-            ref, fast, estimate = timed[(size, n)]
-            mem_fast = peak_bytes(partial(simota_assign, **batch, max_bytes=max_bytes), device, cpu_peak)
-            mem_ref = peak_bytes(
-                partial(simota_assign_reference, **batch), device, cpu_peak
-            )  # one call, always
+            times, estimate = timed[(size, n)]
+            mem = {
+                "batched": peak_bytes(partial(simota_assign, **batch, max_bytes=max_bytes), device, cpu_peak)
+            }
+            for name, fn in per_image.items():
+                mem[name] = peak_bytes(partial(fn, **batch), device, cpu_peak)  # one call, always
             tag = " (est.)" if estimate else ""
-            rows.append(
-                [
-                    n,
-                    size,
-                    f"{ref:.4f}{tag}",
-                    f"{fast:.4f}",
-                    f"{ref / fast:.1f}x{tag}",
-                    _mib(mem_ref),
-                    _mib(mem_fast),
-                    f"{mem_fast / max(mem_ref, 1):.2f}",
-                ]
-            )
+            row = [n, size, f"{times['reference']:.4f}{tag}"]
+            row += [f"{times['official']:.4f}{tag}"] if official else []
+            row += [f"{times['batched']:.4f}", f"{times['reference'] / times['batched']:.1f}x{tag}"]
+            row += [f"{times['official'] / times['batched']:.1f}x{tag}"] if official else []
+            row += [_mib(mem["reference"])] + ([_mib(mem["official"])] if official else [])
+            row += [
+                _mib(mem["batched"]),
+                f"{mem['batched'] / max(mem.get('official', mem['reference']), 1):.2f}",
+            ]
+            rows.append(row)
     return rows
+
+
+def table_headers(with_official: bool) -> list[str]:
+    official = with_official
+    return (
+        ["N", "size", "ref s/call"]
+        + (["official s/call"] if official else [])
+        + ["batched s/call", "vs ref"]
+        + (["vs official"] if official else [])
+        + ["ref peak MiB"]
+        + (["official peak MiB"] if official else [])
+        + ["batched peak MiB", "mem vs " + ("official" if official else "ref")]
+    )
 
 
 def run_budget(device: torch.device, budget: int, num_classes: int) -> None:
@@ -214,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--budget", action="store_true", help="only the N=256 / 640 px / 120 GTs budget check"
     )
     parser.add_argument("--budget-bytes", type=int, default=2**30)
+    parser.add_argument("--fp16", action="store_true", help="predictions in half precision, under autocast")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -221,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.budget:
         run_budget(device, args.budget_bytes, args.classes)
         return
+    amp_dtype = amp.amp_dtype(device, fp16=args.fp16)
     rows = run_table(
         args.sizes,
         args.batch_sizes,
@@ -230,24 +298,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.full,
         args.est_images,
         args.max_bytes,
+        amp_dtype,
     )
+    precision = str(amp_dtype).replace("torch.", "") + " autocast" if amp_dtype else "fp32"
     print(
-        f"SimOTA on {device} ({torch.get_num_threads()} threads), {args.classes} classes, "
+        f"SimOTA on {device} ({torch.get_num_threads()} threads), {precision}, {args.classes} classes, "
         "5-40 GTs padded to 120"
     )
-    print(
-        tabulate(
-            rows,
-            headers=[
-                "N",
-                "size",
-                "ref s/call",
-                "batched s/call",
-                "speed-up",
-                "ref peak MiB",
-                "batched peak MiB",
-                "mem ratio",
-            ],
-            tablefmt="github",
-        )
-    )
+    print(tabulate(rows, headers=table_headers(official_assigner() is not None), tablefmt="github"))

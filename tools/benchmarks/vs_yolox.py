@@ -1,0 +1,343 @@
+"""Speed side by side with official YOLOX 0.3.0, on this machine, in one run: ratios of like with like.
+
+Run it with the reference python (it imports both; `tools/setup_yolox_reference.sh` makes it):
+
+    $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox                 # CPU: batch 16 and 64
+    $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox --only iteration --batches 16
+    $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox --device cuda --fp16 --batches 64 128 256
+
+Three measurements, each alternating the two sides repeat by repeat (load from other processes hits both
+alike; the median of the repeats is reported):
+
+- iteration: one full training step with the data excluded: forward, loss (with its SimOTA assignment),
+  backward, SGD step (each side's own parameter groups), EMA update. yolox-nano, random images, random
+  ground truth shaped like training (5-40 boxes per image), the same weights on both sides. Also "ours,
+  trainer": the same step through `Trainer.train_one_iter` (lr update, BN snapshot, the non-finite checks
+  and their collective, EMA, meters, logging), the trainer's overhead over the bare step.
+- data: CPU seconds per training sample (process time of one worker's work: `MosaicDetection` with
+  mosaic, random affine, HSV, flip and the final transform), official's `MosaicDetection` +
+  `TrainTransform` against ours, on the same generated images with the same augmentation settings, no
+  cache, OpenCV on one thread as in a loader worker.
+- end-to-end: images per second of short training runs on the same generated data (the same recipe,
+  loader workers and threads): official's pieces in a plain loop (its trainer is CUDA-only) against
+  `tools/train.py`; the first epoch (worker start-up, first allocations) is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.train import random_targets
+
+REPO = Path(__file__).resolve().parents[2]
+STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
+SECTIONS = ("iteration", "data", "end-to-end")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def alternate(sides: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Call each side's measurement once per round, in turn, for `repeats` rounds; every value."""
+    values: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(repeats):
+        for name, measure in sides.items():
+            values[name].append(measure())
+    return values
+
+
+# --------------------------------------------------------------------------- iteration
+def official_step(device: torch.device, num_classes: int, amp_dtype):
+    """(model, a function doing one official training step on (imgs, targets))."""
+    from yolox.exp import get_exp as official_get_exp
+    from yolox.utils import ModelEMA
+
+    exp = official_get_exp(None, "yolox-nano")
+    exp.num_classes = num_classes
+    model = exp.get_model().to(device).train()
+    optimizer = exp.get_optimizer(64)
+    ema = ModelEMA(model, 0.9998)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
+
+    def step(imgs, targets) -> None:
+        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            loss = model(imgs, targets)["total_loss"]
+        optimizer.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        ema.update(model)
+
+    return model, step
+
+
+def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict):
+    from yolox_fast.exp import get_exp
+    from yolox_fast.utils import amp
+    from yolox_fast.utils.ema import ModelEMA
+
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes = num_classes
+    model = exp.get_model()
+    model.load_state_dict(state_dict)
+    model.to(device).train()
+    optimizer = exp.get_optimizer(64)
+    ema = ModelEMA(model, 0.9998)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
+
+    def step(imgs, targets) -> None:
+        with amp.autocast(device, amp_dtype):
+            loss = model(imgs, targets)["total_loss"]
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        ema.update(model)
+
+    return model, step
+
+
+def trainer_step(args, device: torch.device, batch, root: Path, out: Path, state_dict):
+    """`Trainer.train_one_iter` on a fixed batch: a Trainer set up on the generated set, its batch stream
+    replaced by the batch (so no data time is counted), its model given the same weights."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import train as train_tool
+
+    from yolox_fast.core.trainer import Trainer
+    from yolox_fast.utils.ema import unwrap_model
+
+    size = batch[0].shape[-1]
+    flags = ["-n", "yolox-nano", "-b", str(batch[0].shape[0]), "-expn", "vs_yolox_trainer", "-l", "none"]
+    if args.fp16:
+        flags.append("--fp16")
+    opts = ["dataset", str(root), "num_classes", str(args.num_classes), "input_size", f"({size},{size})",
+            "test_size", f"({size},{size})", "random_size", f"({size // 32},{size // 32})",
+            "output_dir", str(out), "data_num_workers", "0", "print_interval", "10"]  # fmt: skip
+    targs = train_tool.parse_args([*flags, *opts])
+    exp = train_tool.build_exp(targs)
+    trainer = Trainer(exp, targs)
+    trainer.before_train()
+    unwrap_model(trainer.model).load_state_dict(state_dict)
+    trainer.batches = itertools.repeat(batch)
+
+    def step() -> None:
+        trainer.train_one_iter()
+
+    return trainer, step
+
+
+def measure_iteration(args, device: torch.device, amp_dtype, out: Path, dataset_json: Path) -> list[list]:
+    rows = []
+    for batch_size in args.batches:
+        gen = torch.Generator().manual_seed(batch_size)
+        imgs = (torch.rand(batch_size, 3, args.size, args.size, generator=gen) * 255).to(device)
+        targets = random_targets(batch_size, args.size, args.num_classes, gen).to(device)
+        torch.manual_seed(0)
+        official_model, official = official_step(device, args.num_classes, amp_dtype)
+        _, ours = ours_step(device, args.num_classes, amp_dtype, official_model.state_dict())
+        trainer, ours_trainer = trainer_step(
+            args, device, (imgs, targets), dataset_json, out, official_model.state_dict()
+        )
+
+        def timed(fn: Callable[[], None]) -> Callable[[], float]:
+            def run() -> float:
+                _sync(device)
+                t0 = time.perf_counter()
+                fn()
+                _sync(device)
+                return time.perf_counter() - t0
+
+            return run
+
+        sides = {
+            "official": timed(lambda: official(imgs, targets.clone())),
+            "ours": timed(lambda: ours(imgs, targets)),
+            "ours, trainer": timed(ours_trainer),
+        }
+        alternate(sides, args.warmup)
+        times = {k: statistics.median(v) for k, v in alternate(sides, args.repeats).items()}
+        for name, seconds in times.items():
+            rows.append([
+                batch_size, name, f"{seconds:.3f}", f"{batch_size / seconds:.1f}",
+                f"{times['official'] / seconds:.2f}x",
+                f"{100 * (seconds / times['ours'] - 1):+.1f}%" if name == "ours, trainer" else "",
+            ])  # fmt: skip
+        del trainer
+    return rows
+
+
+# --------------------------------------------------------------------------- data
+def data_pipelines(args, root: Path):
+    """(official MosaicDetection, ours) over the same images with nano's augmentation settings."""
+    from yolox.data import COCODataset as OfficialCOCO
+    from yolox.data import MosaicDetection as OfficialMosaic
+    from yolox.data import TrainTransform as OfficialTransform
+
+    from yolox_fast.exp import get_exp
+
+    exp = get_exp(exp_name="yolox-nano")
+    exp.input_size = (args.size, args.size)
+    official_dataset = OfficialCOCO(
+        data_dir=str(root), json_file="instances_train2017.json", name="train2017", img_size=exp.input_size,
+        preproc=OfficialTransform(max_labels=50, flip_prob=exp.flip_prob, hsv_prob=exp.hsv_prob),
+    )  # fmt: skip
+    official = OfficialMosaic(
+        official_dataset, mosaic=True, img_size=exp.input_size,
+        preproc=OfficialTransform(max_labels=120, flip_prob=exp.flip_prob, hsv_prob=exp.hsv_prob),
+        degrees=exp.degrees, translate=exp.translate, mosaic_scale=exp.mosaic_scale,
+        mixup_scale=exp.mixup_scale, shear=exp.shear, enable_mixup=exp.enable_mixup,
+        mosaic_prob=exp.mosaic_prob, mixup_prob=exp.mixup_prob,
+    )  # fmt: skip
+    exp.dataset, exp.num_classes, exp.seed, exp.data_num_workers = str(root / "dataset.json"), 4, 0, 0
+    ours = exp.get_data_loader(batch_size=1, is_distributed=False).dataset
+    return official, ours
+
+
+def measure_data(args, root: Path) -> list[list]:
+    import cv2
+
+    cv2.setNumThreads(1)  # a loader worker's view
+    official, ours = data_pipelines(args, root)
+    n = len(ours)
+    counter = itertools.count()
+
+    def per_sample(pipeline, item: Callable[[int], object]) -> Callable[[], float]:
+        def run() -> float:
+            t0 = time.process_time()
+            for _ in range(args.samples):
+                pipeline[item(next(counter) % n)]
+            return (time.process_time() - t0) / args.samples
+
+        return run
+
+    official.enable_mosaic = True
+    sides = {
+        "official": per_sample(official, lambda i: i),
+        "ours": per_sample(ours, lambda i: (True, i, (0, i))),
+    }
+    alternate(sides, 1)
+    ms = {k: 1000 * statistics.median(v) for k, v in alternate(sides, args.repeats).items()}
+    return [[name, f"{v:.2f}", f"{ms['official'] / v:.2f}x"] for name, v in ms.items()]
+
+
+# --------------------------------------------------------------------------- end to end
+def end_to_end_official(args, root: Path, epochs: int, batch: int) -> float:
+    from benchmarks.fidelity import recipe
+    from benchmarks.yolox_official import official_nano_exp, train_official
+
+    fields = {**recipe(_recipe_args(args, epochs), 0), "data_dir": str(root), "eval_interval": 10**6,
+              "train_ann": "instances_train2017.json", "val_ann": "instances_val2017.json"}  # fmt: skip
+    epochs_done, info = train_official(official_nano_exp(fields), batch, 0)
+    seconds = sum(e["train_seconds"] for e in epochs_done[1:])
+    return (epochs - 1) * info["iters_per_epoch"] * batch / seconds
+
+
+def end_to_end_ours(args, dataset_json: Path, out: Path, epochs: int, batch: int) -> float:
+    from benchmarks.fidelity import recipe
+
+    fields = {**recipe(_recipe_args(args, epochs), 0), "dataset": str(dataset_json), "output_dir": str(out)}
+    overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
+    cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-n", "yolox-nano", "-b", str(batch), "-expn",
+           "vs_yolox_e2e", "-l", "none", *overrides, "print_interval", "1", "eval_interval", "1000000",
+           "save_history_ckpt", "false"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"tools/train.py failed:\n{done.stderr[-3000:]}")
+    steps = [(int(m[1]), float(m[2])) for m in STEP_LINE.finditer(done.stderr)]
+    later = [t for epoch, t in steps if epoch > 1]
+    return len(later) * batch / sum(later)
+
+
+def _recipe_args(args, epochs: int) -> argparse.Namespace:
+    """The fidelity benchmark's recipe fields, at this benchmark's sizes."""
+    return argparse.Namespace(
+        size=args.size, mosaic_prob=0.5, mosaic_scale=[0.5, 1.5], degrees=10.0, translate=0.1, shear=2.0,
+        warmup_epochs=1, no_aug_epochs=0, epochs=epochs, basic_lr_per_img=0.05 / 64, min_lr_ratio=0.05,
+        eval_interval=10**6, workers=args.workers,
+    )  # fmt: skip
+
+
+def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[list]:
+    torch.set_num_threads(args.threads)
+    sides = {
+        "official": lambda: end_to_end_official(args, root, args.epochs, args.e2e_batch),
+        "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch),
+    }
+    rates = {k: statistics.median(v) for k, v in alternate(sides, args.e2e_repeats).items()}
+    return [[name, f"{r:.2f}", f"{r / rates['official']:.2f}x"] for name, r in rates.items()]
+
+
+def main(argv) -> None:
+    p = argparse.ArgumentParser(prog="benchmark.py vs-yolox", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--only", choices=SECTIONS, nargs="+", default=list(SECTIONS))
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--fp16", action="store_true", help="fp16 autocast + loss scaling on both sides (CUDA)")
+    p.add_argument("--batches", type=int, nargs="+", default=[16, 64], help="iteration: batch sizes")
+    p.add_argument("--size", type=int, default=320, help="input size (square), px")
+    p.add_argument("--num-classes", type=int, default=80, help="iteration: classes of the random targets")
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds (iteration, data)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (iteration)")
+    p.add_argument("--samples", type=int, default=40, help="data: samples per timed round")
+    p.add_argument("--images", type=int, default=208, help="generated training images")
+    p.add_argument("--epochs", type=int, default=3, help="end-to-end: epochs per run (the first is left out)")
+    p.add_argument("--e2e-batch", type=int, default=16)
+    p.add_argument("--e2e-repeats", type=int, default=2, help="end-to-end: runs per side")
+    p.add_argument("--workers", type=int, default=2, help="end-to-end: loader workers per side")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads per side")
+    p.add_argument("--out", default="YOLOX_outputs/vs_yolox")
+    args = p.parse_args(argv)
+    try:
+        import yolox
+    except ImportError:
+        sys.exit("official YOLOX is not importable: run with the reference python, e.g.\n"
+                 "  $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox")  # fmt: skip
+    device = torch.device(args.device)
+    from yolox_fast.utils import amp
+
+    amp_dtype = amp.amp_dtype(device, fp16=args.fp16)
+    out = Path(args.out).resolve()
+    dataset_json = make_fidelity_set(out / f"data_{args.images}", args.images, 16, args.size)
+    root = dataset_json.parent
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads"
+    )
+    precision = str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32"
+    print(
+        f"yolox_fast vs official YOLOX {yolox.__version__}: yolox-nano at {args.size} px, {where}, "
+        f"{precision}"
+    )
+    if "iteration" in args.only:
+        rows = measure_iteration(args, device, amp_dtype, out, dataset_json)
+        print(f"\ntraining iteration, data excluded (median of {args.repeats} alternating repeats)")
+        print(tabulate(rows, headers=["batch", "side", "s/iter", "img/s", "vs official", "trainer overhead"],
+                       tablefmt="github"))  # fmt: skip
+    if "data" in args.only:
+        rows = measure_data(args, root)
+        print(f"\ndata pipeline, CPU ms per training sample (mosaic, affine, HSV, flip; {len(CLASS_NAMES)} "
+              f"classes; median of {args.repeats} rounds of {args.samples} samples)")  # fmt: skip
+        print(tabulate(rows, headers=["side", "CPU ms/sample", "less CPU than official"], tablefmt="github"))
+    if "end-to-end" in args.only:
+        rows = measure_end_to_end(args, root, dataset_json, out)
+        print(
+            f"\nend to end: {args.epochs}-epoch runs at batch {args.e2e_batch}, {args.workers} loader "
+            f"workers, {args.threads} torch threads each, epochs 2-{args.epochs} timed; "
+            f"median of {args.e2e_repeats}"
+        )
+        print(tabulate(rows, headers=["side", "img/s", "vs official"], tablefmt="github"))
