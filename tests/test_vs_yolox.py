@@ -296,3 +296,42 @@ def test_setup_script_reuses_a_ready_environment(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(venv / "bin" / "python")
+
+
+def test_vs_yolox_benchmark_runs_every_section(tmp_path):
+    """`tools/benchmark.py vs-yolox` as a user runs it (reference python), at a tiny setting."""
+    python = reference_python()
+    if python is None:
+        pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    cmd = [python, str(REPO / "tools" / "benchmark.py"), "vs-yolox", "--batches", "2", "--size", "64",
+           "--repeats", "1", "--warmup", "1", "--samples", "3", "--images", "16", "--epochs", "2",
+           "--e2e-batch", "4", "--e2e-repeats", "1", "--workers", "0", "--out", str(tmp_path)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for heading in ("training iteration", "data pipeline", "end to end"):
+        assert heading in proc.stdout
+    for side in ("| official", "| ours", "ours, trainer"):
+        assert side in proc.stdout
+
+
+def test_gpu_check_runs_against_official_on_a_cpu(tmp_path):
+    """tools/gpu_check.sh's benchmark, tiny and on the CPU, with official YOLOX's columns."""
+    python = reference_python()
+    if python is None:
+        pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    cmd = [
+        python,
+        str(REPO / "tools" / "benchmark.py"),
+        "gpu",
+        "--device",
+        "cpu",
+        "--small",
+        "--out",
+        str(tmp_path),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "vs official" in proc.stdout and "| iteration" in proc.stdout
+    assert "| train.py --fp16 --cache | yolox-nano, 16 images, 2 epochs | ok" in proc.stdout

@@ -99,9 +99,11 @@ def measure(
     return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak, "loss_share": loss_share}
 
 
-def grad_checkpoint_peak(args, batch: int, enabled: bool, device: torch.device, amp_dtype) -> int:
+def grad_checkpoint_peak(
+    args, batch: int, enabled: bool, device: torch.device, amp_dtype, name: str = "yolox-nano"
+) -> int:
     """Extra memory (bytes) at the peak of one forward + backward at `batch`, checkpointing on or off."""
-    exp = get_exp(exp_name="yolox-nano")
+    exp = get_exp(exp_name=name)
     exp.num_classes = args.num_classes
     torch.manual_seed(0)
     model = exp.get_model().to(device).train()

@@ -61,12 +61,12 @@ def alternate(sides: dict[str, Callable[[], float]], repeats: int) -> dict[str, 
 
 
 # --------------------------------------------------------------------------- iteration
-def official_step(device: torch.device, num_classes: int, amp_dtype):
+def official_step(device: torch.device, num_classes: int, amp_dtype, name: str = "yolox-nano"):
     """(model, a function doing one official training step on (imgs, targets))."""
     from yolox.exp import get_exp as official_get_exp
     from yolox.utils import ModelEMA
 
-    exp = official_get_exp(None, "yolox-nano")
+    exp = official_get_exp(None, name)
     exp.num_classes = num_classes
     model = exp.get_model().to(device).train()
     optimizer = exp.get_optimizer(64)
@@ -85,12 +85,13 @@ def official_step(device: torch.device, num_classes: int, amp_dtype):
     return model, step
 
 
-def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict):
+def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict, name: str = "yolox-nano"):
+    """(model, a function doing one of our training steps on (imgs, targets)), from `state_dict`."""
     from yolox_fast.exp import get_exp
     from yolox_fast.utils import amp
     from yolox_fast.utils.ema import ModelEMA
 
-    exp = get_exp(exp_name="yolox-nano")
+    exp = get_exp(exp_name=name)
     exp.num_classes = num_classes
     model = exp.get_model()
     model.load_state_dict(state_dict)

@@ -1,0 +1,232 @@
+"""The GPU check: every GPU figure the README claims, in one run of a few minutes, one table at the end.
+
+    tools/gpu_check.sh                                   # on a machine with a GPU (sets up the reference)
+    $(tools/setup_yolox_reference.sh) tools/benchmark.py gpu            # the same, by hand
+    python tools/benchmark.py gpu --device cpu --small                  # the same code, tiny, on a CPU
+
+Rows (each with the baseline measured in the same run):
+- assigner: batched `simota_assign` against the per-image reference and official YOLOX 0.3.0's
+  `get_assignments` loop, N = 64 and 256 at 416 and 640 px, 80 classes, fp16 autocast; time and peak memory.
+- iteration: a yolox-s training step (forward, loss, backward, SGD, EMA) at batch 64/128/256 with fp16
+  autocast + loss scaling: ours, official 0.3.0, and ours with the per-image reference assigner; peak
+  memory each (targets: >= 1.5x official at 256; peak memory no higher than official's).
+- grad checkpoint: peak memory of one yolox-s forward + backward with and without activation checkpointing.
+- train.py: a short `tools/train.py --fp16 --cache` run on generated data (exit code, images/s).
+- oom retry: the assigner with a budget far above what is free (the GPU filled on purpose): it must
+  catch the out-of-memory error, retry in smaller chunks and give the unchunked result.
+Official columns are left out when official YOLOX is not importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from loguru import logger
+from tabulate import tabulate
+
+from benchmarks.fidelity_data import make_fidelity_set
+from benchmarks.simota import official_assigner, run_table, table_headers
+from benchmarks.train import grad_checkpoint_peak, random_targets
+from benchmarks.vs_yolox import official_step, ours_step
+from yolox_fast.models.losses import yolox_loss
+from yolox_fast.models.simota import simota_assign
+from yolox_fast.models.simota_reference import simota_assign_reference
+from yolox_fast.utils import amp
+
+REPO = Path(__file__).resolve().parents[2]
+STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_mib(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
+
+
+def iteration_rows(args, device: torch.device, amp_dtype) -> list[list]:
+    have_official = official_assigner() is not None
+    rows = []
+    for batch in args.iter_batches:
+        gen = torch.Generator().manual_seed(batch)
+        imgs = (torch.rand(batch, 3, args.iter_size, args.iter_size, generator=gen) * 255).to(device)
+        targets = random_targets(batch, args.iter_size, 80, gen).to(device)
+        torch.manual_seed(0)
+        steps = {}
+        if have_official:
+            model, steps["official"] = official_step(device, 80, amp_dtype, args.model)
+            state = model.state_dict()
+        else:
+            from yolox_fast.exp import get_exp
+
+            state = get_exp(exp_name=args.model).get_model().state_dict()
+        _, steps["ours"] = ours_step(device, 80, amp_dtype, state, args.model)
+        ref_model, steps["ours, per-image assigner"] = ours_step(device, 80, amp_dtype, state, args.model)
+        ref_model.head.loss_fn = functools.partial(yolox_loss, assigner=simota_assign_reference)
+        seconds, peaks = {}, {}
+        for name, step in steps.items():  # one side at a time: its peak memory is its own
+            for _ in range(args.warmup):
+                step(imgs, targets.clone())
+            _sync(device)
+            _peak_reset(device)
+            times = []
+            for _ in range(args.repeats):
+                _sync(device)
+                t0 = time.perf_counter()
+                step(imgs, targets.clone())
+                _sync(device)
+                times.append(time.perf_counter() - t0)
+            seconds[name], peaks[name] = statistics.median(times), _peak_mib(device)
+            steps[name] = None  # free the side before the next is measured
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        base = seconds.get("official", seconds["ours, per-image assigner"])
+        for name in seconds:
+            rows.append([
+                "iteration", f"{args.model} batch {batch}", name, f"{seconds[name]:.3f} s",
+                f"{batch / seconds[name]:.1f} img/s", f"{base / seconds[name]:.2f}x", f"{peaks[name]:.0f}",
+            ])  # fmt: skip
+    return rows
+
+
+def checkpoint_rows(args, device: torch.device, amp_dtype) -> list[list]:
+    bench = argparse.Namespace(num_classes=80, size=args.iter_size)
+    batch = args.iter_batches[0]
+    plain = grad_checkpoint_peak(bench, batch, False, device, amp_dtype, args.model) / 2**20
+    ckpt = grad_checkpoint_peak(bench, batch, True, device, amp_dtype, args.model) / 2**20
+    kind = "CUDA allocated" if device.type == "cuda" else "CPU resident-set"
+    return [
+        ["grad checkpoint", f"{args.model} batch {batch}", "off", "", "", "1.00x", f"{plain:.0f}"],
+        [
+            "grad checkpoint",
+            f"{args.model} batch {batch}",
+            "on",
+            "",
+            kind,
+            f"{ckpt / plain:.2f}x",
+            f"{ckpt:.0f}",
+        ],
+    ]
+
+
+def train_rows(args, device: torch.device) -> list[list]:
+    out = Path(args.out).resolve()
+    desc = make_fidelity_set(out / "data", args.train_images, 16, args.train_size)
+    size = f"({args.train_size},{args.train_size})"
+    grid = f"({args.train_size // 32},{args.train_size // 32})"
+    opts = {"dataset": desc, "num_classes": 4, "input_size": size, "test_size": size, "random_size": grid,
+            "max_epoch": 2, "warmup_epochs": 1, "no_aug_epochs": 0, "eval_interval": 2, "print_interval": 1,
+            "output_dir": out, "data_num_workers": args.workers, "save_history_ckpt": "false"}  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO / "tools" / "train.py"),
+        "-n",
+        args.model,
+        "-b",
+        str(args.train_batch),
+        "--fp16",
+        "--cache",
+        "-l",
+        "none",
+        "-expn",
+        "gpu_check",
+        *(str(x) for kv in opts.items() for x in kv),
+    ]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
+    wall = time.perf_counter() - t0
+    later = [float(m[2]) for m in STEP_LINE.finditer(done.stderr) if int(m[1]) > 1]
+    rate = f"{len(later) * args.train_batch / sum(later):.1f} img/s" if later else "-"
+    status = (
+        "ok"
+        if done.returncode == 0
+        else f"FAILED rc {done.returncode}: {done.stderr.strip().splitlines()[-1]}"
+    )
+    if done.returncode != 0:
+        logger.error(done.stderr[-3000:])
+    return [["train.py --fp16 --cache", f"{args.model}, {args.train_images} images, 2 epochs", status,
+             f"{wall:.0f} s wall", rate, "", ""]]  # fmt: skip
+
+
+def oom_rows(args, device: torch.device) -> list[list]:
+    if device.type != "cuda":
+        return [["oom retry", "-", "n/a on CPU (no out-of-memory error to catch)", "", "", "", ""]]
+    sys.path.insert(0, str(REPO / "tests"))
+    from simota_inputs import make_inputs
+
+    batch = make_inputs(args.oom_images, 640, 80, device=device)
+    expected = simota_assign(**batch, max_bytes=2**40)
+    torch.cuda.empty_cache()
+    free = torch.cuda.mem_get_info(device)[0]
+    filler = torch.empty(max(free - args.oom_leave_mib * 2**20, 0), dtype=torch.uint8, device=device)
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(m.record["message"]), level="WARNING")
+    try:
+        t0 = time.perf_counter()
+        result = simota_assign(**batch, max_bytes=2**40)  # a budget far above what is left
+        _sync(device)
+        seconds = time.perf_counter() - t0
+    finally:
+        logger.remove(sink)
+        del filler
+    retried = sum("out of GPU memory" in w for w in warnings)
+    same = bool(
+        torch.equal(result.fg_mask, expected.fg_mask) and torch.equal(result.matched_gt, expected.matched_gt)
+    )
+    status = (
+        f"{retried} retries, result {'equal' if same else 'DIFFERENT'}" if retried else "no OOM was raised"
+    )
+    return [["oom retry", f"N={args.oom_images}, 640 px, {args.oom_leave_mib} MiB left", status,
+             f"{seconds:.2f} s", "", "", ""]]  # fmt: skip
+
+
+def main(argv) -> None:
+    p = argparse.ArgumentParser(prog="benchmark.py gpu", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--small", action="store_true", help="tiny sizes: checks that the script runs (CPU test)")
+    p.add_argument("--out", default="YOLOX_outputs/gpu_check")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    small = args.small
+    args.model = "yolox-nano" if small else "yolox-s"
+    args.assign_sizes, args.assign_batches = ([128], [4]) if small else ([416, 640], [64, 256])
+    args.iter_batches, args.iter_size = ([2], 128) if small else ([64, 128, 256], 640)
+    args.repeats, args.warmup = (1, 1) if small else (5, 2)
+    args.train_images, args.train_size, args.train_batch = (16, 64, 4) if small else (512, 640, 64)
+    args.workers, args.train_timeout = (0, 600) if small else (8, 420)
+    args.oom_images, args.oom_leave_mib = 256, 200
+    amp_dtype = amp.amp_dtype(device, fp16=True)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    start = time.perf_counter()
+
+    assign = run_table(
+        args.assign_sizes, args.assign_batches, 80, device, args.repeats, True, 16, None, amp_dtype
+    )
+    print(f"\nassigner, {where}, fp16 autocast, 80 classes, 5-40 GTs per image")
+    print(tabulate(assign, headers=table_headers(official_assigner() is not None), tablefmt="github"))
+    rows = iteration_rows(args, device, amp_dtype)
+    rows += checkpoint_rows(args, device, amp_dtype)
+    rows += train_rows(args, device)
+    rows += oom_rows(args, device)
+    print(f"\n{where}, {str(amp_dtype).replace('torch.', '')}; {time.perf_counter() - start:.0f} s in all")
+    print(tabulate(rows, headers=["check", "setting", "side / result", "time", "rate", "vs baseline",
+                                  "peak MiB"], tablefmt="github"))  # fmt: skip
