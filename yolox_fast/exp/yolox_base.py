@@ -108,6 +108,32 @@ class Exp(BaseExp):
         self.test_conf = 0.01
         self.nmsthre = 0.65
 
+        # ---------------- evaluation report and best checkpoint ---------------- #
+        self.best_metric = "AP50_95"  # what best_ckpt.pth keeps the best of: "AP50_95" or "AP50"
+        self.report_conf = 0.25  # confidence of the precision / recall columns of the per-class table
+        self.cm_conf = 0.25  # confusion matrix: detections with score >= cm_conf, matched ...
+        self.cm_iou = 0.45  # ... to ground truth at IoU >= cm_iou
+        # COCO AP by "auto" (faster-coco-eval when installed), "faster-coco-eval" or "pycocotools"
+        self.coco_scorer = "auto"
+        self.save_eval_report = True  # training evals write eval/, best_eval/ and TensorBoard pictures
+
+    def merge(self, opts) -> None:
+        """BaseExp.merge, then the evaluation settings checked (a clear error for a bad value)."""
+        super().merge(opts)
+        self.check_eval_settings()
+
+    def check_eval_settings(self) -> None:
+        """ValueError naming the field when best_metric, report_conf, cm_conf, cm_iou or coco_scorer
+        is not a valid choice (merge and the trainer call it)."""
+        from yolox_fast.core.best_metric import check_best_metric
+        from yolox_fast.evaluators.report import check_report_settings
+        from yolox_fast.evaluators.scorer import SCORERS
+
+        check_best_metric(self.best_metric)
+        check_report_settings(self.report_conf, self.cm_conf, self.cm_iou)
+        if self.coco_scorer not in SCORERS:
+            raise ValueError(f"exp.coco_scorer must be one of {', '.join(SCORERS)}, got {self.coco_scorer!r}")
+
     # ------------------------------------------------------------------ model
     def get_model(self) -> nn.Module:
         """YOLOX with this exp's depth/width/act; BN eps/momentum and head biases as in YOLOX."""
