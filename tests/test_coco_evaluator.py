@@ -75,9 +75,11 @@ def test_hand_made_predictions_equal_pycocotools_called_directly():
     assert {r["category_id"] for r in records} == {3, 7}
     assert records[0]["bbox"] == pytest.approx([12, 9, 38, 33])  # xyxy -> xywh
     expected = _pycocotools_by_hand(gt, records, [1, 2, 3])
-    result = coco_score(gt, HAND_MADE, CLASS_IDS, NAMES)
+    result = coco_score(gt, HAND_MADE, CLASS_IDS, NAMES, scorer="pycocotools")
     assert result["ap50_95"] == expected[0]
     assert result["ap50"] == expected[1]
+    fast = coco_score(gt, HAND_MADE, CLASS_IDS, NAMES)  # faster-coco-eval when installed
+    assert fast["stats"] == pytest.approx(list(expected), abs=1e-4)
     assert 0.0 < result["ap50_95"] < 1.0
     assert result["num_images"] == 3
     assert set(result["per_class_ap"]) == set(NAMES)

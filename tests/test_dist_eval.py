@@ -1,5 +1,6 @@
 """Distributed evaluation: 2 CPU processes (gloo) on an odd-sized set score every image exactly once,
-get the single-process AP, and all fail together (no rank left waiting) when shards overlap."""
+get the single-process AP and report (written by rank 0 alone), and all fail together (no rank left
+waiting) when shards overlap."""
 
 import json
 import os
@@ -13,6 +14,7 @@ from oracle_model import oracle_for, shapes_exp
 
 from yolox_fast.data.datasets.synthetic import default_description, generate
 from yolox_fast.evaluators.build import build_evaluator
+from yolox_fast.evaluators.report import write_eval_report
 
 NUM_VAL = 7  # odd: the two shards differ in size (4 + 3)
 
@@ -53,6 +55,9 @@ def _worker(rank: int, world: int, port: int, config: str, out_dir: str) -> None
         ap50_95, ap50, _ = evaluator.evaluate(model, distributed=True)
         scored = evaluator.last_result["num_images"]
         result = {"ap50_95": ap50_95, "ap50": ap50, "scored": scored, "shard": shard}
+        result["reported"] = (
+            write_eval_report(evaluator, exp, os.path.join(out_dir, f"report{rank}")) is not None
+        )
 
         # every rank evaluating the whole set: rank 0 detects the duplicates; all ranks must raise
         overlapping = build_evaluator(exp, batch_size=2, is_distributed=False)
@@ -80,6 +85,7 @@ def test_two_process_eval_equals_single_process(tmp_path):
     model, _ = oracle_for(single.dataloader.dataset, exp.num_classes, exp.test_size, noise=True)
     ap50_95, ap50, _ = single.evaluate(model)
     assert single.last_result["num_images"] == NUM_VAL
+    write_eval_report(single, exp, str(tmp_path / "single"))
 
     mp.spawn(_worker, args=(2, _free_port(), config, str(tmp_path)), nprocs=2, join=True)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -90,3 +96,7 @@ def test_two_process_eval_equals_single_process(tmp_path):
         assert r["ap50"] == ap50
         assert "another rank also evaluated" in r["overlap_error"]
         assert "rank 1: ValueError: broken on purpose" in r["rank1_error"]
+    assert [r["reported"] for r in results] == [True, False]  # rank 0 alone writes the report
+    assert not (tmp_path / "report1").exists()
+    for name in ("per_class.csv", "confusion_matrix.json", "detections.json"):
+        assert (tmp_path / "report0" / name).read_text() == (tmp_path / "single" / name).read_text(), name

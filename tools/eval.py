@@ -4,6 +4,9 @@ python tools/eval.py -n yolox-s -c yolox_s.pth -b 64 --conf 0.001 --fuse
 python tools/eval.py -f exps/yolox_nano.py -b 8 -d 2                       # 2 processes
 torchrun --nproc_per_node 8 tools/eval.py -n yolox-m -c yolox_m.pth -b 64    # under torchrun
 python tools/eval.py -n yolox-s -c yolox_s.pth --speed                     # timing only
+
+Besides the printed AP, the per-class table, confusion matrix, PR / F1 curves and the detections
+json go to <output_dir>/<exp_name>/eval/ (or --save-dir); see yolox_fast/evaluators/report.py.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from loguru import logger
 
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.launch import launch
+from yolox_fast.evaluators.report import log_eval_report, write_eval_report
 from yolox_fast.inference import load_inference_model
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.logger import setup_logger
@@ -47,6 +51,14 @@ def make_parser() -> argparse.ArgumentParser:
         "description must name the test-dev images and image-info json as its val split)",
     )
     p.add_argument("--speed", action="store_true", help="time inference and NMS only")
+    p.add_argument(
+        "--report-conf", type=float, default=None, help="confidence of the per-class P/R (exp.report_conf)"
+    )
+    p.add_argument("--cm-conf", type=float, default=None, help="confusion matrix confidence (exp.cm_conf)")
+    p.add_argument("--cm-iou", type=float, default=None, help="confusion matrix IoU (exp.cm_iou)")
+    p.add_argument(
+        "--save-dir", type=str, default=None, help="where the report files go (default <output>/<exp>/eval)"
+    )
     return p
 
 
@@ -87,6 +99,10 @@ def evaluate(args) -> tuple:
     logger.info("\n" + summary)
     if not (args.speed or args.test):
         logger.info(f"AP50:95 {ap50_95:.4f}  AP50 {ap50:.4f}")
+        report_dir = args.save_dir or os.path.join(save_dir, "eval")
+        report = write_eval_report(evaluator, exp, report_dir)  # None on ranks other than 0
+        if report is not None:
+            log_eval_report(report, report_dir)
     return ap50_95, ap50, summary
 
 
@@ -97,6 +113,10 @@ def build_eval_exp(args):
         exp.test_conf = args.conf
     if args.nms is not None:
         exp.nmsthre = args.nms
+    for flag in ("report_conf", "cm_conf", "cm_iou"):
+        if getattr(args, flag) is not None:
+            setattr(exp, flag, getattr(args, flag))
+    exp.validate()
     return exp
 
 

@@ -24,9 +24,11 @@ from loguru import logger
 from tabulate import tabulate
 from torch import nn
 
+from yolox_fast.core.best_metric import check_best_metric, metric_label, metric_value, resumed_best
 from yolox_fast.core.demo import write_demo_image
 from yolox_fast.core.launch import launcher_name
 from yolox_fast.data.datasets.base import CorruptImageError
+from yolox_fast.evaluators.report import record_training_eval
 from yolox_fast.inference import Predictor
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype, autocast
@@ -125,6 +127,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
 
         self.input_size = tuple(exp.input_size)
+        self.best_metric = check_best_metric(getattr(exp, "best_metric", "AP50_95"))  # what best_ckpt keeps
         self.best_ap = float("-inf")  # so the first evaluation always writes best_ckpt.pth
         self.start_epoch = 0
         self.start_iter = 0  # iterations already done inside start_epoch (mid-epoch resume)
@@ -302,7 +305,9 @@ class Trainer:
 
     def after_train(self) -> None:
         minutes = (time.perf_counter() - self.train_start) / 60
-        logger.info(f"training done in {minutes:.1f} min; best AP50:95 {self.best_ap:.4f}")
+        logger.info(
+            f"training done in {minutes:.1f} min; best {metric_label(self.best_metric)} {self.best_ap:.4f}"
+        )
         if self.rank == 0:
             self._write_demo_image()
         if self.tblogger is not None:
@@ -311,7 +316,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_and_save_model(self) -> bool:
-        """Evaluate the EMA model; save best_ckpt.pth when AP50:95 improves. Returns whether it did."""
+        """Evaluate the EMA model; save best_ckpt.pth when exp.best_metric improves, write the eval
+        report (tables, pictures). Returns whether it improved."""
         eval_model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
         if self.is_distributed:
             sync_bn_stats(eval_model)
@@ -321,17 +327,23 @@ class Trainer:
         # the evaluator returns the same numbers on every rank; broadcast anyway so that the
         # "best" decision, and with it every rank's control flow, cannot diverge
         ap50_95, ap50 = dist_utils.broadcast_object((float(ap50_95), float(ap50)))
-        improved = ap50_95 > self.best_ap
-        self.best_ap = max(self.best_ap, ap50_95)
+        value = metric_value(self.best_metric, ap50_95, ap50)
+        improved = value > self.best_ap
+        self.best_ap = max(self.best_ap, value)
         logger.info(
             f"eval epoch {self.epoch + 1}: AP50:95 {ap50_95:.4f}  AP50 {ap50:.4f}  "
-            f"(best AP50:95 {self.best_ap:.4f}, {time.perf_counter() - t0:.1f} s)\n{summary}"
+            f"(best {metric_label(self.best_metric)} {self.best_ap:.4f}, {time.perf_counter() - t0:.1f} s)"
+            f"\n{summary}"
         )
         if self.tblogger is not None:
             self.tblogger.add_scalar("val/AP50_95", ap50_95, self.epoch + 1)
             self.tblogger.add_scalar("val/AP50", ap50, self.epoch + 1)
         if improved:
             self.save_ckpt("best", start_epoch=self.epoch + 1, it=0)
+        # rank 0 (the one that scored) writes eval/ and, when improved, best_eval/; never raises
+        record_training_eval(
+            self.evaluator, self.exp, self.file_name, self.tblogger, self.epoch + 1, improved
+        )
         dist_utils.synchronize()
         return improved
 
@@ -366,6 +378,7 @@ class Trainer:
             "start_epoch": start_epoch,
             "iter": it,
             "best_ap": self.best_ap,
+            "best_metric": self.best_metric,
             "class_names": list(self.class_names),
             "exp": self.exp.fields(),
         }
@@ -425,7 +438,7 @@ class Trainer:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
-        self.best_ap = float(ckpt.get("best_ap", float("-inf")))
+        self.best_ap = resumed_best(ckpt, self.best_metric)
         if self.args.start_epoch is not None and restart_count() == 0:  # -e is 1-based, as in YOLOX
             self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
         else:

@@ -34,4 +34,4 @@ def build_evaluator(exp, batch_size: int, is_distributed: bool, testdev: bool = 
         # VOC2007 test is scored with the 11-point AP of its devkit; later years use the area under the curve
         use_07 = all(str(year) == "2007" for year, _ in cfg["val"]["sets"])
         return VOCEvaluator(**common, use_07_metric=use_07)
-    return COCOEvaluator(**common, testdev=testdev)
+    return COCOEvaluator(**common, testdev=testdev, scorer=getattr(exp, "coco_scorer", "auto"))

@@ -1,21 +1,18 @@
-"""COCO-style evaluation: AP50:95 / AP50 with pycocotools, plus per-class AP and AR tables."""
+"""COCO-style evaluation: AP50:95 / AP50 (faster-coco-eval or pycocotools), per-class AP and AR tables."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from loguru import logger
 from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 from tabulate import tabulate
 
 from yolox_fast.evaluators.detection_evaluator import DetectionEvaluator, InferenceResult
+from yolox_fast.evaluators.scorer import coco_evaluate, per_class_coco_ap, summary_text
 from yolox_fast.inference import Detections
 
 
@@ -41,23 +38,6 @@ def detections_to_coco_json(
     return records
 
 
-def _load_results(coco_gt: COCO, records: list[dict[str, Any]]) -> COCO:
-    """`coco_gt.loadRes`, which cannot take an empty list: no detections is a valid (AP 0) result."""
-    if records:
-        with contextlib.redirect_stdout(io.StringIO()):
-            # loadRes adds keys to the records it is given
-            return coco_gt.loadRes([dict(r) for r in records])
-    coco_dt = COCO()
-    coco_dt.dataset = {
-        "images": list(coco_gt.dataset["images"]),
-        "categories": list(coco_gt.dataset["categories"]),
-        "annotations": [],
-    }
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco_dt.createIndex()
-    return coco_dt
-
-
 def _grouped_table(values: dict[str, float], metric: str, columns: int = 6) -> str:
     """Per-class figures laid out `columns` (class, value) pairs per row, so 80 classes fit a screen."""
     flat: list[Any] = []
@@ -69,54 +49,42 @@ def _grouped_table(values: dict[str, float], metric: str, columns: int = 6) -> s
     return tabulate(rows, headers=headers, tablefmt="pipe", floatfmt=".3f", numalign="left")
 
 
-def per_class_ap_ar(coco_eval: COCOeval, names: dict[int, str]) -> tuple[dict[str, float], dict[str, float]]:
-    """AP@[.5:.95] and AR@100 per category (area "all"), keyed by class name; nan where undefined."""
-    precision = coco_eval.eval["precision"]  # (T iou, R recall, K class, A area, M maxdets)
-    recall = coco_eval.eval["recall"]  # (T, K, A, M)
-    ap, ar = {}, {}
-    for k, cat_id in enumerate(coco_eval.params.catIds):
-        name = names.get(cat_id, str(cat_id))
-        p = precision[:, :, k, 0, -1]
-        r = recall[:, k, 0, -1]
-        ap[name] = float(np.mean(p[p > -1])) if (p > -1).any() else float("nan")
-        ar[name] = float(np.mean(r[r > -1])) if (r > -1).any() else float("nan")
-    return ap, ar
-
-
 def coco_score(
     coco_gt: COCO,
     detections: dict[Any, Detections],
     class_ids: Sequence[int],
     class_names: Sequence[str] | None = None,
+    scorer: str = "auto",
 ) -> dict[str, Any]:
     """Score `detections` (image id -> (K, 6) original px) against `coco_gt`, every listed image once.
 
     Images present in `detections` with no rows still count (their ground truth becomes misses).
-    Returns {"ap50_95", "ap50", "summary" (pycocotools text), "per_class_ap", "per_class_ar",
-    "num_images" (images scored)}.
+    `scorer`: "auto" (faster-coco-eval when installed), "faster-coco-eval" or "pycocotools" (see
+    `evaluators.scorer`). Returns {"ap50_95", "ap50", "stats" (the twelve summary numbers), "summary"
+    (pycocotools' text), "scorer" (library and version), "scorer_s" (its seconds), "per_class"
+    (metric -> list over contiguous classes, see `scorer.per_class_coco_ap`), "per_class_ap",
+    "per_class_ar" (AP50:95 and AR100 by class name), "num_images" (images scored)}.
     """
     records = detections_to_coco_json(detections, class_ids)
-    coco_dt = _load_results(coco_gt, records)
-    coco_eval = COCOeval(coco_gt, coco_dt, "bbox")
-    coco_eval.params.imgIds = sorted(detections)
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        coco_eval.evaluate()
-        coco_eval.accumulate()
-    text = io.StringIO()  # keep only the summary, not pycocotools' progress lines
-    with contextlib.redirect_stdout(text):
-        coco_eval.summarize()
-    names = {}
-    if class_names is not None:
-        names = {int(cid): str(n) for cid, n in zip(class_ids, class_names)}
-    ap, ar = per_class_ap_ar(coco_eval, names)
+    img_ids = sorted(detections)
+    score = coco_evaluate(coco_gt, records, img_ids, scorer)
+    per_class = per_class_coco_ap(score)
+    # the K axis follows the sorted category ids; reorder to the contiguous class index
+    column = {cat_id: k for k, cat_id in enumerate(score.cat_ids)}
+    order = [column[int(cid)] for cid in class_ids]
+    per_class = {key: values[order].tolist() for key, values in per_class.items()}
+    names = [str(n) for n in class_names] if class_names is not None else [str(c) for c in class_ids]
     return {
-        "ap50_95": float(coco_eval.stats[0]),
-        "ap50": float(coco_eval.stats[1]),
-        "summary": text.getvalue(),
-        "per_class_ap": ap,
-        "per_class_ar": ar,
-        "num_images": len(coco_eval.params.imgIds),
+        "ap50_95": float(score.stats[0]),
+        "ap50": float(score.stats[1]),
+        "stats": score.stats.tolist(),
+        "summary": summary_text(score.stats),
+        "scorer": score.scorer,
+        "scorer_s": score.seconds,
+        "per_class": per_class,
+        "per_class_ap": dict(zip(names, per_class["AP50_95"])),
+        "per_class_ar": dict(zip(names, per_class["AR100"])),
+        "num_images": len(img_ids),
     }
 
 
@@ -125,7 +93,9 @@ class COCOEvaluator(DetectionEvaluator):
 
     The loader's dataset must have `.coco` (pycocotools COCO of the split) and `.class_ids`
     (contiguous class index -> category id). After `evaluate`, `self.last_result` holds the full
-    result dict (per-class tables, number of images scored, timing) on every rank.
+    result dict (per-class tables, number of images scored, timing) on every rank. `scorer` picks
+    the COCOeval implementation ("auto": faster-coco-eval when installed, else pycocotools); the
+    log names the one that ran.
     """
 
     def __init__(
@@ -140,8 +110,10 @@ class COCOEvaluator(DetectionEvaluator):
         testdev_json: str = "yolox_testdev_2017.json",
         per_class_AP: bool = True,
         per_class_AR: bool = True,
+        scorer: str = "auto",
     ) -> None:
         super().__init__(dataloader, img_size, confthre, nmsthre, num_classes, class_names)
+        self.scorer = scorer
         self.testdev = testdev
         self.testdev_json = testdev_json
         self.per_class_AP = per_class_AP
@@ -162,7 +134,8 @@ class COCOEvaluator(DetectionEvaluator):
             logger.info(text.strip())
             return {"ap50_95": 0.0, "ap50": 0.0, "summary": text}
         names = self.class_names if self.class_names is not None else getattr(dataset, "class_names", None)
-        result = coco_score(dataset.coco, merged.detections, class_ids, names)
+        result = coco_score(dataset.coco, merged.detections, class_ids, names, self.scorer)
+        logger.info(f"COCO AP scored by {result['scorer']} in {result['scorer_s']:.2f} s")
         text = result["summary"]
         if self.per_class_AP:
             text += "per class AP:\n" + _grouped_table(result["per_class_ap"], "AP") + "\n"

@@ -177,7 +177,9 @@ class DetectionEvaluator:
     gathering to rank 0, timing, and the speed-only shortcut. A subclass scores the merged
     detections in `score` and returns a dict with at least ap50_95, ap50 and summary.
 
-    After `evaluate`, `self.last_result` holds the full result dict on every rank.
+    After `evaluate`, `self.last_result` holds the full result dict on every rank, and
+    `self.last_merged` the merged detections on the rank that scored them (rank 0; None elsewhere):
+    what `evaluators.report` turns into tables and pictures without a second gather.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class DetectionEvaluator:
         self.num_classes = num_classes
         self.class_names = class_names
         self.last_result: dict[str, Any] = {}
+        self.last_merged: InferenceResult | None = None
 
     def evaluate(
         self, model: nn.Module, distributed: bool = False, half: bool = False, speed_only: bool = False
@@ -208,6 +211,7 @@ class DetectionEvaluator:
         The model is left in eval mode.
         """
         check_not_empty(self.dataloader)
+        self.last_merged = None
         self.last_result = evaluate_on_all_ranks(
             lambda: run_inference(
                 model, self.dataloader, self.img_size, self.num_classes, self.confthre, self.nmsthre, half
@@ -223,6 +227,7 @@ class DetectionEvaluator:
         base = {"num_images": len(merged.detections), "timing": timing}
         if speed_only:
             return {**base, "ap50_95": 0.0, "ap50": 0.0, "summary": timing + "\n"}
+        self.last_merged = merged
         result = self.score(merged)
         return {**base, **result, "summary": f"{timing}\n{result['summary']}"}
 

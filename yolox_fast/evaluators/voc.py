@@ -195,4 +195,10 @@ class VOCEvaluator(DetectionEvaluator):
             "ap50": ap50,
             "summary": text,
             "per_class_ap50": {names[c]: float(aps[c, 0]) for c in range(self.num_classes)},
+            # by contiguous class, nan without ground truth: what the eval report's table shows
+            "per_class": {
+                "AP50_95": aps.mean(axis=1).tolist(),
+                "AP50": aps[:, 0].tolist(),
+                "AP75": aps[:, IOU_THRESHOLDS.index(0.75)].tolist(),
+            },
         }

@@ -65,8 +65,10 @@ class Exp(BaseExp):
         # assignment
         "simota_box_prior": bool, "simota_center_radius": float, "simota_topk": int,
         "simota_max_bytes": int | None,
-        # testing
+        # testing and evaluation reports
         "test_size": SIZE, "test_conf": float, "nmsthre": float,
+        "best_metric": Literal["AP50_95", "AP50"], "report_conf": float, "cm_conf": float, "cm_iou": float,
+        "coco_scorer": Literal["auto", "faster-coco-eval", "pycocotools"], "save_eval_report": bool,
     }  # fmt: skip
 
     def __init__(self) -> None:
@@ -150,6 +152,22 @@ class Exp(BaseExp):
         self.test_size = (640, 640)
         self.test_conf = 0.01
         self.nmsthre = 0.65
+
+        # ---------------- evaluation report and best checkpoint ---------------- #
+        self.best_metric = "AP50_95"  # what best_ckpt.pth keeps the best of: "AP50_95" or "AP50"
+        self.report_conf = 0.25  # confidence of the precision / recall columns of the per-class table
+        self.cm_conf = 0.25  # confusion matrix: detections with score >= cm_conf, matched ...
+        self.cm_iou = 0.45  # ... to ground truth at IoU >= cm_iou
+        # COCO AP by "auto" (faster-coco-eval when installed), "faster-coco-eval" or "pycocotools"
+        self.coco_scorer = "auto"
+        self.save_eval_report = True  # training evals write eval/, best_eval/ and TensorBoard pictures
+
+    def validate(self) -> None:
+        """Types and shapes of every field (BaseExp.validate), then the evaluation thresholds' ranges."""
+        super().validate()
+        from yolox_fast.evaluators.report import check_report_settings
+
+        check_report_settings(self.report_conf, self.cm_conf, self.cm_iou)
 
     # ------------------------------------------------------------------ model
     def get_model(self) -> nn.Module:
