@@ -116,9 +116,30 @@ def test_train_transform_outputs_cxcywh_and_drops_tiny_boxes():
     labels = np.array([[10, 10, 50, 30, 2], [60, 60, 64, 64, 1]], dtype=np.float32)
     tt = TrainTransform(max_labels=10, flip_prob=0.0, hsv_prob=0.0)
     out, targets = tt(img, labels, (50, 50), np.random.default_rng(0))
-    assert out.shape == (3, 50, 50) and out.dtype == np.float32
+    # uint8 (the training process converts to float on its device), the eval letterbox's pixel values
+    assert out.shape == (3, 50, 50) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out, preproc(img, (50, 50))[0])
     # r = 0.5: box 1 -> (5, 5, 25, 15); box 2 -> 2x2 px, not > 2: dropped
     np.testing.assert_allclose(targets, [[2, 15, 10, 20, 10]])
+
+
+@pytest.mark.parametrize("shape", [(100, 100), (60, 100), (100, 60)])
+def test_train_transform_flip_equals_mirroring_before_the_letterbox(shape):
+    """The mirror happens as the resized image is copied out; it must equal YOLOX's order (mirror the
+    image, then letterbox): same pixels, boxes on the same pixels, padding right and bottom."""
+    box = (10, 12, 41, 30)
+    img = _rect_image(*shape, box)
+    labels = np.array([[*box, 1]], dtype=np.float32)
+    out, targets = TrainTransform(flip_prob=1.0, hsv_prob=0.0)(
+        img.copy(), labels, (50, 50), np.random.default_rng(0)
+    )
+    mirrored, mirrored_box = flip_horizontal(img, labels[:, :4])
+    expected, r = preproc(mirrored, (50, 50))
+    assert np.abs(out.astype(np.int16) - expected.astype(np.int16)).max() <= 1  # resize rounding
+    cx, cy, w, h = targets[0, 1:]
+    np.testing.assert_allclose(
+        [cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], mirrored_box[0] * r, atol=1.0
+    )
 
 
 def test_train_transform_truncation_is_logged_once(log_lines):

@@ -82,7 +82,7 @@ def test_train_loader_batches_and_close_mosaic_with_persistent_workers(tiny_shap
     assert loader.loader.persistent_workers
     it = iter(loader)
     imgs, targets, info, _ids = next(it)
-    assert imgs.shape == (4, 3, 96, 96) and imgs.dtype == torch.float32 and targets.shape == (4, 120, 5)
+    assert imgs.shape == (4, 3, 96, 96) and imgs.dtype == torch.uint8 and targets.shape == (4, 120, 5)
     assert info == [(96, 96)] * 4  # mosaic samples
     next(it)
     workers_before = [w.pid for w in loader.loader._iterator._workers]

@@ -171,7 +171,7 @@ def main(argv=None) -> None:
     exp.prepare_dataset()
     loader = exp.get_data_loader(args.batch_size, is_distributed=False, no_aug=args.no_aug)
     imgs, targets, _, _ = next(iter(loader))
-    imgs, targets = imgs.to(device), targets.to(device)
+    imgs, targets = imgs.to(device).float(), targets.to(device)
     anchor_points, strides, result = assign_batch(model, imgs, targets)
     save_images(
         Path(args.output_dir),

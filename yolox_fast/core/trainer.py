@@ -450,11 +450,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next batch on the device: images uint8 from the loader, float32 0-255 from here on."""
         imgs, targets = next(self.batches)[:2]
         non_blocking = self.device.type == "cuda"
-        return imgs.to(self.device, non_blocking=non_blocking), targets.to(
-            self.device, non_blocking=non_blocking
-        )
+        imgs = imgs.to(self.device, non_blocking=non_blocking).float()
+        return imgs, targets.to(self.device, non_blocking=non_blocking)
 
     def _set_lr(self, progress: int) -> float:
         lr = self.lr_scheduler.update_lr(progress)

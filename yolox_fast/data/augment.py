@@ -27,14 +27,23 @@ def resize_keep_ratio(img: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarra
     return cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR), r
 
 
-def preproc(img: np.ndarray, input_size: tuple[int, int], swap=(2, 0, 1)) -> tuple[np.ndarray, float]:
-    """Letterbox: resize keeping aspect, paste top-left on a 114 canvas of `input_size` (H, W).
+def letterbox(img: np.ndarray, input_size: tuple[int, int]) -> tuple[np.ndarray, float]:
+    """Resize keeping aspect and paste top-left on a 114 canvas of `input_size` (H, W): (uint8 (H, W, 3), r).
 
-    Returns (float32 (3, H, W) BGR 0-255, r); a box in the original image maps to the input by * r.
+    An image that already has the input size is returned as it is (no copy).
     """
-    canvas = np.full((input_size[0], input_size[1], 3), PAD_VALUE, dtype=np.uint8)
     resized, r = resize_keep_ratio(img, input_size)
+    if resized.shape[:2] == tuple(input_size):
+        return resized, r
+    canvas = np.full((input_size[0], input_size[1], 3), PAD_VALUE, dtype=np.uint8)
     canvas[: resized.shape[0], : resized.shape[1]] = resized
+    return canvas, r
+
+
+def preproc(img: np.ndarray, input_size: tuple[int, int], swap=(2, 0, 1)) -> tuple[np.ndarray, float]:
+    """Letterbox (see `letterbox`) as the eval input: (float32 (3, H, W) BGR 0-255, r); a box in the
+    original image maps to the input by * r."""
+    canvas, r = letterbox(img, input_size)
     return np.ascontiguousarray(canvas.transpose(swap), dtype=np.float32), r
 
 
@@ -161,11 +170,12 @@ def augment_hsv(
     gains = gains.astype(np.int16)
     # lookup tables instead of int16 arithmetic on the whole image: same values, a fraction of the time
     x = np.arange(256, dtype=np.int16)
-    lut_h = ((x + gains[0]) % 180).astype(np.uint8)
-    lut_s = np.clip(x + gains[1], 0, 255).astype(np.uint8)
-    lut_v = np.clip(x + gains[2], 0, 255).astype(np.uint8)
-    hue, sat, val = cv2.split(cv2.cvtColor(img, cv2.COLOR_BGR2HSV))
-    hsv = cv2.merge((cv2.LUT(hue, lut_h), cv2.LUT(sat, lut_s), cv2.LUT(val, lut_v)))
+    lut = np.empty((256, 1, 3), dtype=np.uint8)  # one table per channel, applied in one pass
+    lut[:, 0, 0] = (x + gains[0]) % 180
+    lut[:, 0, 1] = np.clip(x + gains[1], 0, 255)
+    lut[:, 0, 2] = np.clip(x + gains[2], 0, 255)
+    hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
+    cv2.LUT(hsv, lut, dst=hsv)
     cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
 
 
@@ -180,8 +190,10 @@ def flip_horizontal(img: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.
 class TrainTransform:
     """Last training step: HSV, flip, letterbox to the input size, boxes to [cls, cx, cy, w, h].
 
-    Returns (img float32 (3, H, W), labels (K, 5) float32 with K <= max_labels); the collate pads
+    Returns (img uint8 (3, H, W) BGR, labels (K, 5) float32 with K <= max_labels); the collate pads
     labels to (max_labels, 5). Dropping labels beyond max_labels is logged once per process.
+    The image stays uint8 (YOLOX converts it to float32 here): a worker writes a quarter of the bytes
+    and hands a quarter to the training process, which converts to float on its device.
     """
 
     _warned_truncation = False
@@ -205,12 +217,19 @@ class TrainTransform:
         labels = np.asarray(labels, dtype=np.float32).reshape(-1, 5)
         if rng.random() < self.hsv_prob:
             augment_hsv(img, rng)
-        if rng.random() < self.flip_prob:
-            img, flipped = flip_horizontal(img, labels[:, :4])
-            labels = np.concatenate([flipped, labels[:, 4:]], axis=1)
-        out, r = preproc(img, input_size)
+        flip = rng.random() < self.flip_prob
+        resized, r = resize_keep_ratio(img, input_size)
         labels = labels.copy()
         labels[:, :4] *= r
+        h, w = resized.shape[:2]
+        if flip:  # mirrored as it is copied (a resize and a mirror commute): no pass of its own
+            resized = resized[:, ::-1]
+            labels[:, [0, 2]] = w - labels[:, [2, 0]]
+        if (h, w) == tuple(input_size):  # mosaic output: no letterbox canvas
+            out = np.ascontiguousarray(resized.transpose(2, 0, 1))
+        else:
+            out = np.full((3, *input_size), PAD_VALUE, dtype=np.uint8)
+            out[:, :h, :w] = resized.transpose(2, 0, 1)
         labels = clip_and_filter(labels, input_size[1], input_size[0], *self.box_filter)
         if len(labels) > self.max_labels:
             if not TrainTransform._warned_truncation:

@@ -119,7 +119,7 @@ def plot_labels(summaries: Mapping, class_names: Sequence[str], exp, path: str |
 def plot_train_batch(
     imgs: torch.Tensor, targets: torch.Tensor, class_names: Sequence[str], exp, path: str | Path
 ) -> None:
-    """train_batch.png: a grid of training images (B, 3, H, W) float BGR 0-255 with their targets
+    """train_batch.png: a grid of training images (B, 3, H, W) BGR 0-255 (uint8 or float) with their targets
     (B, max_labels, 5) [cls, cx, cy, w, h] px (zero rows are padding), boxes and class names drawn."""
     n = len(imgs)
     cols = math.ceil(math.sqrt(n))

@@ -33,7 +33,7 @@ def opencv_for_workers(num_workers: int) -> None:
 
 
 class PadCollate:
-    """Training batch: (imgs (B, 3, H, W) float32, targets (B, max_labels, 5) float32 zero-padded,
+    """Training batch: (imgs (B, 3, H, W) uint8 BGR, targets (B, max_labels, 5) float32 zero-padded,
     img_info list, img_ids list)."""
 
     def __init__(self, max_labels: int) -> None:

@@ -222,7 +222,7 @@ class Exp(BaseExp):
     def get_data_loader(self, batch_size: int, is_distributed: bool, no_aug: bool = False, cache_img=None):
         """Infinite training loader (mosaic/mixup unless no_aug); len() = iterations per epoch.
 
-        Yields (imgs (B, 3, H, W) float32 BGR 0-255, targets (B, max_labels, 5) [cls, cx, cy, w, h] px
+        Yields (imgs (B, 3, H, W) uint8 BGR, targets (B, max_labels, 5) [cls, cx, cy, w, h] px
         zero-padded, img_info, img_ids); `loader.close_mosaic()` turns mosaic and mixup off.
         `batch_size` is per process.
         """

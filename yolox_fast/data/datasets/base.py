@@ -206,14 +206,17 @@ class DetectionDataset(Dataset):
         logger.warning(f"{err}; skipped ({self.corrupt_skipped} corrupt images skipped in this process)")
 
     def pull_item(self, index: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int], int]:
-        """(resized uint8 image (a private copy), labels (K, 5), (orig h, orig w), img_id).
+        """(resized uint8 image (a private copy: augmentations write into it), labels (K, 5),
+        (orig h, orig w), img_id).
 
         With skip_corrupt, an undecodable image is replaced by the next decodable one.
         """
         for offset in range(len(self)):
             i = (index + offset) % len(self)
             try:
-                img = np.array(self.load_resized_img(i))
+                img = self.load_resized_img(i)
+                if self.cache is not None:  # a view of the shared cache; a decoded image is fresh already
+                    img = np.array(img)
             except CorruptImageError as err:
                 self._note_corrupt(err)
                 continue
