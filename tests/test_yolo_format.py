@@ -318,7 +318,7 @@ def test_make_train_eval_demo_export_on_a_yolo_set(tmp_path):
 
     # no --path: the demo's default images are the YOLO set's val images
     _run(REPO / "tools/demo.py", "image", "-f", exp_file, "-expn", "run", "-c", ckpt, "--save-json", *opts)
-    saved = list((tmp_path / "run").rglob("detections.json"))
+    saved = list((tmp_path / "run" / "vis_res").rglob("detections.json"))  # the demo's (eval/ has its own)
     assert len(saved) == 1
     assert sorted(json.loads(saved[0].read_text())) == sorted(
         p.name for p in (data_yaml.parent / "images/val").iterdir()

@@ -218,11 +218,16 @@ class TrainTransform:
         if rng.random() < self.hsv_prob:
             augment_hsv(img, rng)
         flip = rng.random() < self.flip_prob
+        if flip and tuple(img.shape[:2]) != tuple(input_size):
+            # mirrored before the resize, as YOLOX (cv2.resize does not commute with a mirror exactly)
+            img, boxes = flip_horizontal(img, labels[:, :4])
+            labels = np.concatenate([boxes, labels[:, 4:]], axis=1)
+            flip = False
         resized, r = resize_keep_ratio(img, input_size)
         labels = labels.copy()
         labels[:, :4] *= r
         h, w = resized.shape[:2]
-        if flip:  # mirrored as it is copied (a resize and a mirror commute): no pass of its own
+        if flip:  # no resize (mosaic output): mirrored as it is copied into CHW, no pass of its own
             resized = resized[:, ::-1]
             labels[:, [0, 2]] = w - labels[:, [2, 0]]
         if (h, w) == tuple(input_size):  # mosaic output: no letterbox canvas
