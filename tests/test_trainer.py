@@ -318,3 +318,37 @@ def test_after_a_torchrun_restart_the_newest_checkpoint_wins_over_c(tiny_shapes_
     assert resume_path() == str(tmp_path / "old.pth")  # first start: the user's -c
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert resume_path() == str(latest)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-9), (torch.float32, 2e-3)])
+def test_speed_switches_leave_a_training_step_equal(dtype, tolerance):
+    """channels_last (default on) and the foreach SGD step change kernels, not results: the loss, the
+    gradients and the weights after one step of a fixed batch agree. In float64 to 1e-9; in float32 within
+    the float32 rounding of the step itself (its own distance from float64 is about 4e-4 here)."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(REPO / "tools"))
+    from benchmarks.train import random_targets
+
+    gen = torch.Generator().manual_seed(0)
+    imgs = (torch.rand(4, 3, 96, 96, generator=gen) * 255).to(dtype)
+    targets = random_targets(4, 96, 80, gen).to(dtype)
+    results = {}
+    for fast in (False, True):
+        exp = get_exp(exp_name="yolox-nano")
+        torch.manual_seed(0)
+        model = exp.get_model().to(dtype)
+        fmt = torch.channels_last if fast else torch.contiguous_format
+        model.to(memory_format=fmt)
+        optimizer = exp.get_optimizer(64)
+        for group in optimizer.param_groups:
+            group["foreach"], group["lr"] = fast, 0.01
+        loss = model(imgs.contiguous(memory_format=fmt), targets)["total_loss"]
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        optimizer.step()
+        results[fast] = (loss.item(), grads, torch.cat([p.detach().flatten() for p in model.parameters()]))
+    (loss_a, grad_a, w_a), (loss_b, grad_b, w_b) = results[False], results[True]
+    assert loss_b == pytest.approx(loss_a, rel=tolerance)
+    assert ((grad_b - grad_a).norm() / grad_a.norm()).item() < tolerance
+    assert ((w_b - w_a).norm() / w_a.norm()).item() < tolerance

@@ -95,14 +95,15 @@ def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict, nam
     exp.num_classes = num_classes
     model = exp.get_model()
     model.load_state_dict(state_dict)
-    model.to(device).train()
+    memory_format = torch.channels_last if exp.channels_last else torch.contiguous_format
+    model.to(device, memory_format=memory_format).train()
     optimizer = exp.get_optimizer(64)
     ema = ModelEMA(model, 0.9998)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
 
     def step(imgs, targets) -> None:
         with amp.autocast(device, amp_dtype):
-            loss = model(imgs, targets)["total_loss"]
+            loss = model(imgs.contiguous(memory_format=memory_format), targets)["total_loss"]
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)

@@ -221,6 +221,8 @@ class Trainer:
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
         model = self.exp.get_model().to(self.device)
+        self.memory_format = torch.channels_last if self.exp.channels_last else torch.contiguous_format
+        model.to(memory_format=self.memory_format)
         self.optimizer = self.exp.get_optimizer(self.batch_size)
         ckpt = self._load_starting_point(model)
 
@@ -453,7 +455,11 @@ class Trainer:
         """The next batch on the device: images uint8 from the loader, float32 0-255 from here on."""
         imgs, targets = next(self.batches)[:2]
         non_blocking = self.device.type == "cuda"
-        imgs = imgs.to(self.device, non_blocking=non_blocking).float()
+        imgs = (
+            imgs.to(self.device, non_blocking=non_blocking)
+            .float()
+            .contiguous(memory_format=self.memory_format)
+        )
         return imgs, targets.to(self.device, non_blocking=non_blocking)
 
     def _set_lr(self, progress: int) -> float:
