@@ -246,6 +246,7 @@ def ours_run(cfg: dict, out: Path, rec: Recorder, resume: bool, epochs: range | 
         logger="none",
     )
     exp.save_history_ckpt = False
+    exp.channels_last = False  # the same conv kernels as official: only the schedule differs
     trainer = Trainer(exp, args)
     common.quiet_loguru()  # its setup_logger added console and file sinks
     trainer.before_train()
