@@ -123,11 +123,16 @@ def test_checkpoint_class_names_and_mismatch_message(model, tmp_path):
     assert "num_classes" in str(err.value)
 
 
-def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_lines):
+def demo_tool():
+    """tools/demo.py as a module (it is a script, not part of the package)."""
     spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    tool.main(
+    return tool
+
+
+def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_lines):
+    demo_tool().main(
         [
             "image",
             "-n",
@@ -157,10 +162,7 @@ def test_demo_tool_defaults_to_the_trained_best_checkpoint(image_dir, tmp_path, 
         {"model": exp.get_model().state_dict(), "class_names": ["a", "b", "c"]},
         tmp_path / "yolox_nano" / "best_ckpt.pth",
     )
-    spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    tool.main(
+    demo_tool().main(
         [
             "image",
             "-n",

@@ -21,7 +21,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
-from test_trainer import running, tiny_opts
+from test_trainer import running, tiny_opts, train_cmd
 
 from yolox_fast.core.cluster_env import SLURM_PORT_BASE, SLURM_PORT_SPAN, LaunchEnvError
 from yolox_fast.core.launch import LAUNCHER_LABELS, _free_port, agree_on_world, cuda_index, launch
@@ -191,12 +191,6 @@ def free_port_in(low: int, high: int) -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {low}..{high}")
-
-
-def train_cmd(opts: list, *flags) -> list:
-    exp = str(REPO / "exps" / "example" / "shapes_nano.py")
-    train = str(REPO / "tools" / "train.py")
-    return [sys.executable, train, "-f", exp, "-expn", "run", "-b", "2", "--logger", "none", *flags, *opts]
 
 
 def two_processes(launcher: str, opts: list) -> list[tuple[list, dict]]:

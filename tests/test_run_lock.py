@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_trainer import EXP_FILE, REPO, tiny_opts, train_args
+from test_trainer import REPO, tiny_opts, train_args, train_cmd
 
 from yolox_fast.core import trainer as trainer_mod
 from yolox_fast.utils.run_lock import LOCK_NAME, RunLock, RunLockError
@@ -66,23 +66,6 @@ def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
-
-
-def train_cmd(opts: list, *flags) -> list:
-    return [
-        sys.executable,
-        str(REPO / "tools" / "train.py"),
-        "-f",
-        EXP_FILE,
-        "-expn",
-        "run",
-        "-b",
-        "2",
-        "--logger",
-        "none",
-        *flags,
-        *opts,
-    ]
 
 
 def test_the_lock_names_its_holder_and_refuses_a_second_claim(tmp_path):

@@ -57,20 +57,36 @@ def random_targets(
     return targets
 
 
+def setting(device: torch.device, amp_dtype) -> str:
+    """Where and in which precision a benchmark runs, for its heading: "CPU, 2 threads, fp32"."""
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads"
+    )
+    return f"{where}, {str(amp_dtype).replace('torch.', '') if amp_dtype else 'fp32'}"
+
+
+def step_inputs(args, batch: int, device: torch.device, name: str = "yolox-nano"):
+    """(model `name` in train mode, images (batch, 3, size, size) 0-255, targets) on `device`, seeded
+    by `batch`."""
+    exp = get_exp(exp_name=name)
+    exp.num_classes = args.num_classes
+    torch.manual_seed(0)
+    model = exp.get_model().to(device).train()
+    gen = torch.Generator().manual_seed(batch)
+    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
+    return model, imgs, random_targets(batch, args.size, args.num_classes, gen).to(device)
+
+
 def measure(
     args, batch: int, which: str, device: torch.device, amp_dtype: torch.dtype | None
 ) -> dict[str, float]:
     """Seconds per training step, the share of it spent in assignment + loss forward, and peak CUDA
     memory, with `which` assigner at batch `batch`."""
-    exp = get_exp(exp_name="yolox-nano")
-    exp.num_classes = args.num_classes
-    torch.manual_seed(0)
-    model = exp.get_model().to(device).train()
+    model, imgs, targets = step_inputs(args, batch, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, nesterov=True)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-    gen = torch.Generator().manual_seed(batch)
-    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
-    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
 
     def step() -> None:
         with amp.autocast(device, amp_dtype):
@@ -103,14 +119,8 @@ def grad_checkpoint_peak(
     args, batch: int, enabled: bool, device: torch.device, amp_dtype, name: str = "yolox-nano"
 ) -> int:
     """Extra memory (bytes) at the peak of one forward + backward at `batch`, checkpointing on or off."""
-    exp = get_exp(exp_name=name)
-    exp.num_classes = args.num_classes
-    torch.manual_seed(0)
-    model = exp.get_model().to(device).train()
+    model, imgs, targets = step_inputs(args, batch, device, name)
     model.set_grad_checkpointing(enabled)
-    gen = torch.Generator().manual_seed(batch)
-    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
-    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
 
     def step() -> None:
         with amp.autocast(device, amp_dtype):
@@ -198,15 +208,9 @@ def main(argv: list[str] | None = None) -> None:
                     "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}",
                 ]
             )
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"CPU, {torch.get_num_threads()} threads"
-    )
-    precision = str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32"
     print(
-        f"YOLOX-Nano training step at {args.size} px, {args.num_classes} classes, {where}, {precision}, "
-        f"{args.iters} timed steps after {args.warmup} warm-up"
+        f"YOLOX-Nano training step at {args.size} px, {args.num_classes} classes, "
+        f"{setting(device, amp_dtype)}, {args.iters} timed steps after {args.warmup} warm-up"
     )
     print(
         tabulate(

@@ -39,7 +39,7 @@ import torch
 from tabulate import tabulate
 
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.train import random_targets
+from benchmarks.train import random_targets, setting
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
@@ -315,15 +315,9 @@ def main(argv) -> None:
     out = Path(args.out).resolve()
     dataset_json = make_fidelity_set(out / f"data_{args.images}", args.images, 16, args.size)
     root = dataset_json.parent
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"CPU, {torch.get_num_threads()} threads"
-    )
-    precision = str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32"
     print(
-        f"yolox_fast vs official YOLOX {yolox.__version__}: yolox-nano at {args.size} px, {where}, "
-        f"{precision}"
+        f"yolox_fast vs official YOLOX {yolox.__version__}: yolox-nano at {args.size} px, "
+        f"{setting(device, amp_dtype)}"
     )
     if "iteration" in args.only:
         rows = measure_iteration(args, device, amp_dtype, out, dataset_json)
