@@ -131,4 +131,4 @@ def test_voc_data(tiny_shapes_voc, tmp_path):
     args = ["-f", SHAPES_EXP, "dataset", tiny_shapes_voc["config"], "output_dir", str(out), *TINY]
     images = Path(tiny_shapes_voc["root"]) / "VOC2007" / "JPEGImages"
     names = json.loads(Path(tiny_shapes_voc["config"]).read_text())["class_names"]
-    journey(args, out, "shapes_nano", names, tmp_path, images)
+    journey(args, out, "shapes_nano", names, tmp_path, images, False)
