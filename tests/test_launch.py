@@ -262,9 +262,7 @@ LABELS = {"env": LAUNCHER_LABELS["env"], "slurm": LAUNCHER_LABELS["slurm"], "yol
 
 
 @pytest.mark.slow
-# "env" (Kubeflow: RANK, WORLD_SIZE, MASTER_ADDR/PORT) forms its group from the variables torchrun sets,
-# less LOCAL_RANK: the torchrun tests below run that path two-process; its detection is in test_cluster_env
-@pytest.mark.parametrize("launcher", ["slurm", "yolox"])
+@pytest.mark.parametrize("launcher", ["env", "slurm", "yolox"])
 def test_launcher_trains_two_ranks_and_a_rerun_with_auto_resume_continues(
     launcher, tiny_shapes_coco, tmp_path
 ):
