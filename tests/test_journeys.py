@@ -65,11 +65,8 @@ def users_coco_set(src: str, dst: Path) -> Path:
     return dst
 
 
-def journey(
-    exp_args: list, output: Path, exp_name: str, class_names, cwd: Path, images: Path, to_export: bool = True
-) -> None:
-    """train -> eval -> demo -> export on the exp `exp_args` (flags and KEY VALUE overrides); without
-    `to_export`, train -> eval only (demo and export read a checkpoint the same way whatever the data)."""
+def journey(exp_args: list, output: Path, exp_name: str, class_names, cwd: Path, images: Path) -> None:
+    """train -> eval -> demo -> export on the exp `exp_args` (flags and KEY VALUE overrides)."""
     train_out = run_tool("train", *exp_args[:2], "-b", "2", "-l", "none", *exp_args[2:], cwd=cwd)
     run_dir = output / exp_name
     ckpt = run_dir / "best_ckpt.pth"
@@ -79,8 +76,6 @@ def journey(
     eval_out = run_tool("eval", *exp_args, "-b", "4", cwd=cwd)  # -c defaults to best_ckpt.pth
     for name in class_names:  # the per-class table, with the data's own names
         assert f"| {name} " in eval_out, f"class {name!r} missing from the eval output:\n{eval_out[-3000:]}"
-    if not to_export:
-        return
 
     demo_out = run_tool("demo", "image", *exp_args, "--path", str(images), "--save-json", "-b", "4", cwd=cwd)
     saved = sorted((run_dir / "vis_res").glob("*/detections.json"))
@@ -113,7 +108,7 @@ def test_coco_data_through_a_description_file(tiny_shapes_coco, tmp_path):
     )
     out = tmp_path / "out"
     args = ["-f", SHAPES_EXP, "dataset", str(desc), "output_dir", str(out), *TINY]
-    journey(args, out, "shapes_nano", list(USER_CATEGORIES.values()), tmp_path, root / "val2017", False)
+    journey(args, out, "shapes_nano", list(USER_CATEGORIES.values()), tmp_path, root / "val2017")
 
 
 @pytest.mark.slow
@@ -131,4 +126,4 @@ def test_voc_data(tiny_shapes_voc, tmp_path):
     args = ["-f", SHAPES_EXP, "dataset", tiny_shapes_voc["config"], "output_dir", str(out), *TINY]
     images = Path(tiny_shapes_voc["root"]) / "VOC2007" / "JPEGImages"
     names = json.loads(Path(tiny_shapes_voc["config"]).read_text())["class_names"]
-    journey(args, out, "shapes_nano", names, tmp_path, images, False)
+    journey(args, out, "shapes_nano", names, tmp_path, images)
