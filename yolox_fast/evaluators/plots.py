@@ -93,6 +93,17 @@ def _class_curves(ax, x: np.ndarray, ys: np.ndarray, labels: Sequence[str]) -> N
             ax.plot(x, ys[c], lw=0.6, color="0.75", label=f"{len(shown)} classes" if rank == 0 else None)
 
 
+def _unit_axes(ax, xlabel: str, ylabel: str, title: str, legend_loc: str) -> None:
+    """Both axes on [0, 1] (y a little above, so curves at 1 stay visible), labelled, gridded, legend."""
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc=legend_loc, fontsize=8)
+
+
 def pr_figure(
     recall_points: np.ndarray,
     precision: np.ndarray,
@@ -110,13 +121,7 @@ def pr_figure(
     if with_gt.any():
         mean = precision[with_gt].mean(axis=0)
         ax.plot(recall_points, mean, lw=3, color=MEAN_COLOR, label=f"all classes {mean_ap50:.3f} AP50")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("recall")
-    ax.set_ylabel("precision")
-    ax.set_title("Precision-recall curve (IoU 0.5)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    _unit_axes(ax, "recall", "precision", "Precision-recall curve (IoU 0.5)", "lower left")
     return fig
 
 
@@ -143,11 +148,5 @@ def f1_figure(
             textcoords="offset points",
             color="tab:red",
         )
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("confidence threshold")
-    ax.set_ylabel("F1")
-    ax.set_title("F1 against confidence (IoU 0.5)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    _unit_axes(ax, "confidence threshold", "F1", "F1 against confidence (IoU 0.5)", "best")
     return fig
