@@ -450,7 +450,9 @@ def test_training_writes_the_report_to_eval_best_eval_and_tensorboard(tiny_shape
 
     from yolox_fast.core.trainer import run_training
 
-    run_training(train_args(tiny_shapes_coco["config"], tmp_path, max_epoch=1, no_aug_epochs=0))
+    run_training(
+        train_args(tiny_shapes_coco["config"], tmp_path, max_epoch=1, no_aug_epochs=0, save_eval_report=True)
+    )
     run = tmp_path / "run"
     for folder in ("eval", "best_eval"):
         for name in FILES.values():

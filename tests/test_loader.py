@@ -67,6 +67,29 @@ def test_pad_collate_pads_and_truncates():
     assert (targets.sum(-1) > 0).sum(1).tolist() == [0, 2, 5] and ids == [0, 1, 2]
 
 
+def test_pad_collate_of_train_samples_is_channels_last_and_equal_to_a_chw_stack():
+    """TrainTransform hands out (3, H, W) views of HWC memory, mirrored or letterboxed; the batch is
+    the same pixels as stacking CHW copies, already in the channels-last layout the model trains in."""
+    from yolox_fast.data.augment import TrainTransform
+
+    rng = np.random.default_rng(0)
+    labels = np.array([[4.0, 6.0, 30.0, 20.0, 1.0]], np.float32)
+    samples = []
+    for i, shape in enumerate([(64, 64), (40, 64), (64, 64), (64, 48)]):  # as is, letterboxed, ...
+        img = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+        out, targets = TrainTransform(flip_prob=float(i % 2 == 0), hsv_prob=0.5)(
+            img, labels, (64, 64), np.random.default_rng(i)
+        )
+        samples.append((out, targets, shape, i))
+    imgs, targets, _info, _ids = PadCollate(max_labels=4)(samples)
+    expected = torch.from_numpy(np.stack([np.ascontiguousarray(s[0]) for s in samples]))
+    assert imgs.shape == (4, 3, 64, 64) and imgs.dtype == torch.uint8
+    assert imgs.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(imgs, expected)
+    chw = [(np.ascontiguousarray(s[0]), *s[1:]) for s in samples]  # a plain CHW sample stacks as well
+    assert torch.equal(PadCollate(max_labels=4)(chw)[0], expected)
+
+
 def _exp(info, workers):
     exp = Exp()
     exp.dataset, exp.num_classes = info["config"], 6

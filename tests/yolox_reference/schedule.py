@@ -299,7 +299,7 @@ class FlagDataset(torch.utils.data.Dataset):
         if self.official:  # (mosaic, index)
             return torch.tensor(float(item[0]))
         # (mosaic, index, seed words); ours' collate takes (image, labels, info, id)
-        return np.full(1, float(item[0]), np.float32), np.zeros((0, 5), np.float32), (1, 1), 0
+        return np.full((3, 1, 1), float(item[0]), np.float32), np.zeros((0, 5), np.float32), (1, 1), 0
 
 
 def batches_with_mosaic_after_close(

@@ -164,18 +164,27 @@ def augment_hsv(
     img: np.ndarray, rng: np.random.Generator, hgain: int = 5, sgain: int = 30, vgain: int = 30
 ) -> None:
     """Shift hue (mod 180), saturation and value (clipped) of a BGR uint8 image in place by random
-    integer offsets; each channel is shifted or left alone with probability 1/2, as YOLOX."""
+    integer offsets; each channel is shifted or left alone with probability 1/2, as YOLOX. When no
+    channel is shifted, the image is not touched."""
     gains = rng.uniform(-1, 1, 3) * [hgain, sgain, vgain]
     gains *= rng.integers(0, 2, 3)
     gains = gains.astype(np.int16)
-    # lookup tables instead of int16 arithmetic on the whole image: same values, a fraction of the time
-    x = np.arange(256, dtype=np.int16)
-    lut = np.empty((256, 1, 3), dtype=np.uint8)  # one table per channel, applied in one pass
-    lut[:, 0, 0] = (x + gains[0]) % 180
-    lut[:, 0, 1] = np.clip(x + gains[1], 0, 255)
-    lut[:, 0, 2] = np.clip(x + gains[2], 0, 255)
+    if not gains.any():
+        # about one call in six: YOLOX still makes the lossy round trip through HSV; the image is
+        # left as it is here instead, saving two colour conversions
+        return
     hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
-    cv2.LUT(hsv, lut, dst=hsv)
+    if gains[0] == 0:
+        # saturation and value only: a saturating add (clip to 0-255) is cheaper than a 3-channel table
+        cv2.add(hsv, (0, int(gains[1]), int(gains[2]), 0), dst=hsv)
+    else:
+        # hue wraps mod 180: lookup tables instead of int16 arithmetic on the whole image, same values
+        x = np.arange(256, dtype=np.int16)
+        lut = np.empty((256, 1, 3), dtype=np.uint8)  # one table per channel, applied in one pass
+        lut[:, 0, 0] = (x + gains[0]) % 180
+        lut[:, 0, 1] = np.clip(x + gains[1], 0, 255)
+        lut[:, 0, 2] = np.clip(x + gains[2], 0, 255)
+        cv2.LUT(hsv, lut, dst=hsv)
     cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
 
 
@@ -184,7 +193,7 @@ def flip_horizontal(img: np.ndarray, boxes: np.ndarray) -> tuple[np.ndarray, np.
     width = img.shape[1]
     boxes = boxes.copy()
     boxes[:, [0, 2]] = width - boxes[:, [2, 0]]
-    return np.ascontiguousarray(img[:, ::-1]), boxes
+    return cv2.flip(img, 1), boxes  # the same pixels as img[:, ::-1], copied in one vectorised pass
 
 
 class TrainTransform:
@@ -193,7 +202,9 @@ class TrainTransform:
     Returns (img uint8 (3, H, W) BGR, labels (K, 5) float32 with K <= max_labels); the collate pads
     labels to (max_labels, 5). Dropping labels beyond max_labels is logged once per process.
     The image stays uint8 (YOLOX converts it to float32 here): a worker writes a quarter of the bytes
-    and hands a quarter to the training process, which converts to float on its device.
+    and hands a quarter to the training process, which converts to float on its device. It is a
+    (3, H, W) view of (H, W, 3) memory (possibly mirrored), not a CHW copy: the collate stacks the
+    pixel rows as they are, which is the channels-last layout the model trains in.
     """
 
     _warned_truncation = False
@@ -227,14 +238,15 @@ class TrainTransform:
         labels = labels.copy()
         labels[:, :4] *= r
         h, w = resized.shape[:2]
-        if flip:  # no resize (mosaic output): mirrored as it is copied into CHW, no pass of its own
+        if flip:  # no resize (mosaic output): a mirrored view, materialised by the collate's copy
             resized = resized[:, ::-1]
             labels[:, [0, 2]] = w - labels[:, [2, 0]]
         if (h, w) == tuple(input_size):  # mosaic output: no letterbox canvas
-            out = np.ascontiguousarray(resized.transpose(2, 0, 1))
+            hwc = resized
         else:
-            out = np.full((3, *input_size), PAD_VALUE, dtype=np.uint8)
-            out[:, :h, :w] = resized.transpose(2, 0, 1)
+            hwc = np.full((*input_size, 3), PAD_VALUE, dtype=np.uint8)
+            hwc[:h, :w] = resized
+        out = hwc.transpose(2, 0, 1)
         labels = clip_and_filter(labels, input_size[1], input_size[0], *self.box_filter)
         if len(labels) > self.max_labels:
             if not TrainTransform._warned_truncation:

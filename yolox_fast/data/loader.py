@@ -33,14 +33,19 @@ def opencv_for_workers(num_workers: int) -> None:
 
 
 class PadCollate:
-    """Training batch: (imgs (B, 3, H, W) uint8 BGR, targets (B, max_labels, 5) float32 zero-padded,
-    img_info list, img_ids list)."""
+    """Training batch: (imgs (B, 3, H, W) uint8 BGR in channels-last memory, targets (B, max_labels, 5)
+    float32 zero-padded, img_info list, img_ids list).
+
+    The samples' (3, H, W) images are views of (H, W, 3) memory (TrainTransform): stacking them as
+    (B, H, W, 3) copies whole pixel rows, and permuting that gives the channels-last batch the model
+    trains in, with no transposing copy anywhere (a plain CHW sample is stacked just as well).
+    """
 
     def __init__(self, max_labels: int) -> None:
         self.max_labels = max_labels
 
     def __call__(self, batch: Sequence[tuple[np.ndarray, np.ndarray, tuple, int]]):
-        imgs = torch.from_numpy(np.stack([b[0] for b in batch]))
+        imgs = torch.from_numpy(np.stack([b[0].transpose(1, 2, 0) for b in batch])).permute(0, 3, 1, 2)
         targets = torch.zeros((len(batch), self.max_labels, 5), dtype=torch.float32)
         for i, (_, labels, _, _) in enumerate(batch):
             n = min(len(labels), self.max_labels)
