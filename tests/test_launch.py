@@ -120,6 +120,7 @@ def test_torchrun_restarts_a_killed_rank_from_the_newest_checkpoint(tiny_shapes_
         "eval_interval": 1,
         "print_interval": 1,
         "seed": 0,
+        "mosaic_prob": 0.5,
         "save_eval_report": False,
     }
     cmd = [

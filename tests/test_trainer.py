@@ -90,6 +90,7 @@ def tiny_opts(description: str, out: Path, **overrides) -> list:
         "print_interval": 1,
         "basic_lr_per_img": 0.002,
         "seed": 0,
+        "mosaic_prob": 0.5,  # the quick-start exp has none; resume and close_mosaic are tested with it
         "save_eval_report": False,  # the report has tests of its own (test_eval_report.py)
     }
     opts.update(overrides)

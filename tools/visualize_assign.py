@@ -3,11 +3,11 @@
     python tools/visualize_assign.py -f exps/example/shapes_nano.py -c best_ckpt.pth -o assign_vis/
     python tools/visualize_assign.py -n yolox-s -b 4 --no-aug
 
-A batch from the exp's training loader (mosaic on unless --no-aug) goes through the model in train mode,
-exactly as in training; the head's predictions are captured at the loss and assigned with
-`simota_assign`. One PNG per image: every GT in its own colour, its anchors as dots of that colour
-(radius about stride / 5 px, times --scale: bigger dots for coarser levels), and "k" = its number
-of anchors next to the box.
+A batch from the exp's training loader (with the exp's augmentation, mosaic included, unless
+--no-aug) goes through the model in train mode, exactly as in training; the head's predictions are
+captured at the loss and assigned with `simota_assign`. One PNG per image: every GT in its own
+colour, its anchors as dots of that colour (radius about stride / 5 px, times --scale: bigger dots
+for coarser levels), and "k" = its number of anchors next to the box.
 Without -c the weights are random (as at the start of training).
 """
 
