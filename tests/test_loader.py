@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import default_collate
 
 from yolox_fast.data.loader import PadCollate
 from yolox_fast.data.sampler import InfiniteSampler, ShardSampler, YoloBatchSampler
@@ -88,6 +89,8 @@ def test_pad_collate_of_train_samples_is_channels_last_and_equal_to_a_chw_stack(
     assert torch.equal(imgs, expected)
     chw = [(np.ascontiguousarray(s[0]), *s[1:]) for s in samples]  # a plain CHW sample stacks as well
     assert torch.equal(PadCollate(max_labels=4)(chw)[0], expected)
+    # and a plain DataLoader's collate takes the samples too (no negative strides)
+    assert torch.equal(default_collate([s[0] for s in samples]), expected)
 
 
 def _exp(info, workers):

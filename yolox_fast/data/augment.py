@@ -203,8 +203,8 @@ class TrainTransform:
     labels to (max_labels, 5). Dropping labels beyond max_labels is logged once per process.
     The image stays uint8 (YOLOX converts it to float32 here): a worker writes a quarter of the bytes
     and hands a quarter to the training process, which converts to float on its device. It is a
-    (3, H, W) view of (H, W, 3) memory (possibly mirrored), not a CHW copy: the collate stacks the
-    pixel rows as they are, which is the channels-last layout the model trains in.
+    (3, H, W) view of (H, W, 3) memory, not a CHW copy: the collate stacks the pixel rows as they
+    are, which is the channels-last layout the model trains in.
     """
 
     _warned_truncation = False
@@ -238,8 +238,9 @@ class TrainTransform:
         labels = labels.copy()
         labels[:, :4] *= r
         h, w = resized.shape[:2]
-        if flip:  # no resize (mosaic output): a mirrored view, materialised by the collate's copy
-            resized = resized[:, ::-1]
+        if flip:  # no resize (mosaic output): mirrored here, not left as a negative-stride view that
+            # torch.as_tensor (a plain DataLoader's default_collate) refuses
+            resized = cv2.flip(resized, 1)
             labels[:, [0, 2]] = w - labels[:, [2, 0]]
         if (h, w) == tuple(input_size):  # mosaic output: no letterbox canvas
             hwc = resized
