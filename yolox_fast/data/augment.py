@@ -228,20 +228,15 @@ class TrainTransform:
         labels = np.asarray(labels, dtype=np.float32).reshape(-1, 5)
         if rng.random() < self.hsv_prob:
             augment_hsv(img, rng)
-        flip = rng.random() < self.flip_prob
-        if flip and tuple(img.shape[:2]) != tuple(input_size):
-            # mirrored before the resize, as YOLOX (cv2.resize does not commute with a mirror exactly)
+        if rng.random() < self.flip_prob:
+            # mirrored before the resize, as YOLOX (cv2.resize does not commute with a mirror exactly);
+            # a copy, not a negative-stride view, which torch.as_tensor (default_collate) refuses
             img, boxes = flip_horizontal(img, labels[:, :4])
             labels = np.concatenate([boxes, labels[:, 4:]], axis=1)
-            flip = False
         resized, r = resize_keep_ratio(img, input_size)
         labels = labels.copy()
         labels[:, :4] *= r
         h, w = resized.shape[:2]
-        if flip:  # no resize (mosaic output): mirrored here, not left as a negative-stride view that
-            # torch.as_tensor (a plain DataLoader's default_collate) refuses
-            resized = cv2.flip(resized, 1)
-            labels[:, [0, 2]] = w - labels[:, [2, 0]]
         if (h, w) == tuple(input_size):  # mosaic output: no letterbox canvas
             hwc = resized
         else:
