@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +106,32 @@ def test_synthetic_is_deterministic_and_boxes_are_tight():
     boxes = a[1]
     assert len(boxes) >= 1 and (boxes[:, 2:] - boxes[:, :2] >= 8 - 2).all()  # 8 px minimum side (rasterised)
     assert (boxes >= 0).all() and (boxes <= 160).all()
+
+
+def test_synthetic_min_side_sets_the_smallest_shape():
+    sides = {}
+    for min_side in (8, 16):
+        boxes = [render_image(np.random.default_rng([0, 0, i]), 320, 8, min_side)[1] for i in range(40)]
+        wh = np.concatenate(boxes)[:, 2:] - np.concatenate(boxes)[:, :2]
+        sides[min_side] = wh.max(1)  # the longer side of each box, px
+    # a shape of extent s has a box whose longer side is >= 0.75 s (a triangle's, across its height)
+    assert (sides[16] >= 0.75 * 16 - 1).all() and (sides[8] < 0.75 * 16 - 1).sum() >= 10
+    assert sides[16].max() <= 161 and sides[8].max() <= 161
+
+
+def test_make_dataset_cli_takes_the_smallest_side(tmp_path):
+    out = tmp_path / "big_shapes"
+    proc = subprocess.run(
+        [sys.executable, "tools/make_dataset.py", "--out", str(out), "--num-train", "4", "--num-val", "1",
+         "--size", "96", "--min-side", "24"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    anns = json.loads((out / "annotations" / "instances_train2017.json").read_text())["annotations"]
+    assert anns and all(max(a["bbox"][2:]) >= 0.75 * 24 - 1 for a in anns)
+    assert json.loads((out / MARKER).read_text())["min_side"] == 24
+    shipped = load_dataset_config("shapes")["synthetic"]
+    assert shipped["min_side"] == 16  # the quick-start set; the exp's recipe and its figures assume it
 
 
 def test_synthetic_writes_every_shape_kind(tiny_shapes_coco):

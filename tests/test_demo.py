@@ -214,3 +214,56 @@ def test_official_yolox_checkpoint_layout_loads(model, tmp_path):
     assert names == ("0", "1", "2")  # no names in the checkpoint, 80 COCO names in the exp: indices
     for (k, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+class _TwoBoxesOneObject(torch.nn.Module):
+    """Decoded output for one object seen twice: two boxes of IoU ~0.8 whose best classes differ."""
+
+    def forward(self, x):
+        pred = torch.zeros(x.shape[0], 2, 5 + NUM_CLASSES)
+        pred[:, 0, :5] = torch.tensor([50.0, 40.0, 40.0, 30.0, 0.9])
+        pred[:, 1, :5] = torch.tensor([52.0, 41.0, 40.0, 30.0, 0.8])
+        pred[:, 0, 5], pred[:, 1, 6] = 0.9, 0.7  # class 0, then class 1
+        return pred
+
+
+def test_demo_nms_is_across_classes_and_evaluation_nms_within_each():
+    image = np.zeros((96, 128, 3), dtype=np.uint8)  # the test size: letterbox ratio 1
+    across = Predictor(_TwoBoxesOneObject(), NUM_CLASSES, TEST_SIZE, 0.3, 0.3, class_agnostic=True)
+    within = Predictor(_TwoBoxesOneObject(), NUM_CLASSES, TEST_SIZE, 0.3, 0.3)
+    (one,) = across.predict([image])
+    (two,) = within.predict([image])
+    assert one[:, 5].tolist() == [0] and sorted(two[:, 5].tolist()) == [0, 1]
+    np.testing.assert_allclose(one[0, :4], [30, 25, 70, 55], atol=1e-4)
+
+
+def _iou_matrix(boxes: np.ndarray) -> np.ndarray:
+    tl = np.maximum(boxes[:, None, :2], boxes[None, :, :2])
+    br = np.minimum(boxes[:, None, 2:4], boxes[None, :, 2:4])
+    inter = np.clip(br - tl, 0, None).prod(2)
+    area = (boxes[:, 2:4] - boxes[:, :2]).prod(1)
+    return inter / (area[:, None] + area[None, :] - inter)
+
+
+def test_demo_tool_draws_one_box_per_object_unless_per_class_nms(model, image_dir, tmp_path):
+    save_checkpoint({"model": model.state_dict()}, tmp_path / "model.pth")
+    found = {}
+    for name, flags in (("across", []), ("within", ["--per-class-nms"])):
+        out = tmp_path / name
+        demo_tool().main(
+            ["image", "-n", "yolox-nano", "-c", str(tmp_path / "model.pth"), "--path", str(image_dir),
+             "--tsize", "96", "--conf", "0.05", "--save-json", *flags,
+             "num_classes", "3", "output_dir", str(out)]
+        )  # fmt: skip
+        (saved,) = out.glob("yolox_nano/vis_res/*/detections.json")
+        found[name] = {
+            k: np.array([d["bbox"] for d in v]).reshape(-1, 4)
+            for k, v in json.loads(saved.read_text()).items()
+        }
+    overlaps = {
+        name: sum(int((np.triu(_iou_matrix(b), 1) > 0.3).sum()) for b in per_image.values())
+        for name, per_image in found.items()
+    }
+    # the default (YOLOX's demo): no two boxes overlap past --nms whatever their classes; per class they do
+    assert overlaps["across"] == 0 and overlaps["within"] > 0
+    assert sum(map(len, found["within"].values())) > sum(map(len, found["across"].values())) > 0

@@ -169,5 +169,9 @@ def test_validate_catches_what_an_exp_file_sets(tmp_path):
         exp.validate()
     exp.input_size = (640, 640)
     exp.validate()  # a list for a pair and the exp's own undeclared fields are fine
+    exp.merge(["ema_ramp", "0"])
+    with pytest.raises(ValueError, match=r"exp.ema_ramp must be > 0"):
+        exp.validate()
+    exp.ema_ramp = 400.0
     exp.merge(["my_own_knob", "4"])
     assert exp.my_own_knob == 4

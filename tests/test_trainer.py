@@ -119,7 +119,7 @@ def iters_per_epoch(log: Path) -> int:
 
 @pytest.mark.slow
 def test_short_run_learns_evaluates_every_epoch_and_checkpoints(tiny_shapes_coco, tmp_path):
-    args = train_args(tiny_shapes_coco["config"], tmp_path, max_epoch=4, basic_lr_per_img=0.01)
+    args = train_args(tiny_shapes_coco["config"], tmp_path, max_epoch=4, basic_lr_per_img=0.01, ema_ramp=50.0)
     run_training(args)
     run = tmp_path / "run"
     log = (run / "train_log.txt").read_text()
@@ -150,7 +150,7 @@ def test_short_run_learns_evaluates_every_epoch_and_checkpoints(tiny_shapes_coco
         "exp",
     } <= set(ckpt)
     assert ckpt["start_epoch"] == 4 and ckpt["iter"] == 0
-    assert ckpt["ema"]["updates"] == len(steps)
+    assert ckpt["ema"]["updates"] == len(steps) and ckpt["ema"]["ramp"] == 50.0  # the exp's ema_ramp
     assert ckpt["class_names"][:2] == ["circle", "square"]
     assert ckpt["exp"]["max_epoch"] == 4
     assert load_checkpoint(run / "last_mosaic_epoch_ckpt.pth")["start_epoch"] == 2  # 0-based: epoch 3

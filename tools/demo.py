@@ -15,7 +15,7 @@ import torch
 from loguru import logger
 
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
-from yolox_fast.core.demo import run_on_images, run_on_stream, timestamped_dir
+from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, run_on_images, run_on_stream, timestamped_dir
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.yolo import val_image_dir
 from yolox_fast.inference import Predictor, load_inference_model
@@ -37,8 +37,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--camid", type=int, default=0, help="webcam id")
     p.add_argument("-b", "--batch-size", type=int, default=1, help="images or frames per forward")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("--conf", type=float, default=0.3, help="score threshold")
-    p.add_argument("--nms", type=float, default=0.3, help="NMS IoU threshold")
+    p.add_argument("--conf", type=float, default=DEMO_CONF, help="score threshold")
+    p.add_argument("--nms", type=float, default=DEMO_NMS, help="NMS IoU threshold")
+    p.add_argument(
+        "--per-class-nms",
+        action="store_true",
+        help="NMS within each class, as evaluation does (default: across classes, one box per object, "
+        "as YOLOX's demo)",
+    )
     p.add_argument("--tsize", type=int, default=None, help="test image size (square)")
     p.add_argument("--fp16", action="store_true", help="half precision: fp16 on GPU, bf16 on CPU")
     p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
@@ -87,6 +93,7 @@ def main(argv=None) -> None:
         device,
         amp_dtype=amp_dtype(device, fp16=args.fp16),
         channels_last=args.channels_last,
+        class_agnostic=not args.per_class_nms,
     )
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
 

@@ -33,6 +33,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, help="image side in px")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--max-objects", type=int, help="most shapes per image")
+    parser.add_argument("--min-side", type=float, help="smallest shape extent in px")
     args = parser.parse_args()
 
     cfg = load_dataset_config(args.config)
@@ -52,6 +53,7 @@ def main() -> None:
             "size": args.size,
             "seed": args.seed,
             "max_objects": args.max_objects,
+            "min_side": args.min_side,
         }.items()
         if v is not None
     }

@@ -16,6 +16,9 @@ from yolox_fast.inference import Predictor
 from yolox_fast.utils.visualize import draw_detections
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+# a picture's defaults, YOLOX's demo's: score >= 0.3, then NMS at IoU 0.3 across classes
+DEMO_CONF = 0.3
+DEMO_NMS = 0.3
 
 
 def list_images(path: str) -> list[Path]:

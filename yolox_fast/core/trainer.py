@@ -25,7 +25,7 @@ from tabulate import tabulate
 from torch import nn
 
 from yolox_fast.core.best_metric import check_best_metric, metric_label, metric_value, resumed_best
-from yolox_fast.core.demo import write_demo_image
+from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, write_demo_image
 from yolox_fast.core.launch import launcher_name
 from yolox_fast.data.datasets.base import CorruptImageError
 from yolox_fast.evaluators.report import record_training_eval
@@ -252,7 +252,7 @@ class Trainer:
             )
 
         if self.exp.ema:
-            self.ema_model = ModelEMA(model, 0.9998)
+            self.ema_model = ModelEMA(model, 0.9998, ramp=self.exp.ema_ramp)
             if ckpt is not None:
                 self.ema_model.load_state_dict(
                     ckpt.get("ema") or {"updates": self.start_epoch * self.max_iter + self.start_iter},
@@ -654,7 +654,8 @@ class Trainer:
         return f"{self.args.cache}: {cache.path} ({cache.nbytes / 2**30:.2f} GiB)"
 
     def _write_demo_image(self) -> None:
-        """The first readable validation image with the final (EMA) model's detections: `demo.jpg`.
+        """The first readable validation image with the final (EMA) model's detections: `demo.jpg`,
+        drawn as `tools/demo.py image` draws it by default (score >= DEMO_CONF, NMS across classes).
 
         A picture, not a result: an unreadable image is passed over, and if none can be read (or the
         drawing fails) the run says so and still ends well.
@@ -674,9 +675,10 @@ class Trainer:
             model,
             self.exp.num_classes,
             self.exp.test_size,
-            conf=0.3,
-            nms=self.exp.nmsthre,
+            conf=DEMO_CONF,
+            nms=DEMO_NMS,
             device=self.device,
+            class_agnostic=True,
         )
         try:
             write_demo_image(predictor, image, self.class_names, os.path.join(self.file_name, "demo.jpg"))

@@ -59,7 +59,8 @@ class Exp(BaseExp):
         "batch_size": int, "warmup_epochs": float, "max_epoch": int, "warmup_lr": float,
         "min_lr_ratio": float, "basic_lr_per_img": float,
         "scheduler": Literal["yoloxwarmcos", "warmcos", "cos", "multistep"], "no_aug_epochs": int,
-        "ema": bool, "weight_decay": float, "momentum": float, "clip_grad_norm": float | None,
+        "ema": bool, "ema_ramp": float, "weight_decay": float, "momentum": float,
+        "clip_grad_norm": float | None,
         "print_interval": int, "eval_interval": int, "save_history_ckpt": bool, "exp_name": str,
         "output_dir": str, "seed": int | None,
         # assignment
@@ -134,6 +135,8 @@ class Exp(BaseExp):
         self.scheduler = "yoloxwarmcos"
         self.no_aug_epochs = 15  # the last epochs: no mosaic/mixup, L1 loss on
         self.ema = True
+        # the EMA decay ramps up as 0.9998 * (1 - exp(-updates / ema_ramp)): YOLOX's 2000 updates
+        self.ema_ramp = 2000.0
         self.weight_decay = 5e-4
         self.momentum = 0.9
         # clip the gradients' total L2 norm to this value before each step; None: no clipping (YOLOX)
@@ -168,6 +171,10 @@ class Exp(BaseExp):
     def validate(self) -> None:
         """Types and shapes of every field (BaseExp.validate), then the evaluation thresholds' ranges."""
         super().validate()
+        if self.ema_ramp <= 0:
+            raise ValueError(
+                f"exp.ema_ramp must be > 0 (updates over which the EMA decay ramps up), got {self.ema_ramp}"
+            )
         from yolox_fast.evaluators.report import check_report_settings
 
         check_report_settings(self.report_conf, self.cm_conf, self.cm_iou)

@@ -75,9 +75,11 @@ def detect_batch(
     conf: float,
     nms: float,
     amp_dtype: torch.dtype | None = None,
+    class_agnostic: bool = False,
 ) -> TimedDetections:
-    """Forward a letterboxed batch (B, 3, H, W) on the model's device, score filter + NMS, boxes back to
-    each image's original pixels (`orig_hw`: (h, w) per image); timed separately, synchronised on CUDA."""
+    """Forward a letterboxed batch (B, 3, H, W) on the model's device, score filter + NMS (within each
+    class, as COCO evaluation wants, or across classes when `class_agnostic`), boxes back to each image's
+    original pixels (`orig_hw`: (h, w) per image); timed separately, synchronised on CUDA."""
     device = batch.device
     _sync(device)
     t0 = time.perf_counter()
@@ -86,7 +88,7 @@ def detect_batch(
     outputs = outputs.float()
     _sync(device)
     t1 = time.perf_counter()
-    kept = postprocess(outputs, num_classes, conf, nms)
+    kept = postprocess(outputs, num_classes, conf, nms, class_agnostic=class_agnostic)
     _sync(device)
     t2 = time.perf_counter()
     return TimedDetections(to_original_coords(kept, orig_hw, img_size), t1 - t0, t2 - t1)
@@ -146,6 +148,8 @@ class Predictor:
     one (B, 3, H, W) tensor; `predict` returns, per image, (K, 6) [x1, y1, x2, y2, score, class] in that
     image's pixels. `forward_s` / `nms_s` / `num_images` accumulate timing for throughput reports.
     `amp_dtype`: autocast dtype (see utils.amp.amp_dtype), None for fp32.
+    `class_agnostic`: NMS across classes, so one object gets one box (what a picture wants; official
+    YOLOX's demo does the same); False: within each class, as evaluation does.
     `channels_last` converts the model to NHWC memory format, which oneDNN (CPU) and tensor cores
     (CUDA) run faster (about 1.3x for nano on CPU), but whose kernels depend on the batch size: an
     image's boxes then differ between batch sizes by fp32 rounding (up to ~1e-3 px), whereas the
@@ -162,6 +166,7 @@ class Predictor:
         device: torch.device | str = "cpu",
         amp_dtype: torch.dtype | None = None,
         channels_last: bool = False,
+        class_agnostic: bool = False,
     ) -> None:
         self.model = model.eval()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -172,6 +177,7 @@ class Predictor:
         self.nms = nms
         self.device = torch.device(device)
         self.amp_dtype = amp_dtype
+        self.class_agnostic = class_agnostic
         self.forward_s = 0.0
         self.nms_s = 0.0
         self.num_images = 0
@@ -203,6 +209,7 @@ class Predictor:
             self.conf,
             self.nms,
             self.amp_dtype,
+            self.class_agnostic,
         )
         self.forward_s += out.forward_s
         self.nms_s += out.nms_s

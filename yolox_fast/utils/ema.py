@@ -55,10 +55,11 @@ class ModelEMA:
 
     def state_dict(self) -> dict[str, Any]:
         """Only the update count: the averaged weights are saved as the checkpoint's ``model``."""
-        return {"updates": self.updates, "decay": self.decay_max}
+        return {"updates": self.updates, "decay": self.decay_max, "ramp": self.ramp}
 
     def load_state_dict(self, meta: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
         """Restore the update count from ``meta`` and the averaged weights from ``weights``."""
         self.ema.load_state_dict(weights)
         self.updates = int(meta["updates"])
         self.decay_max = float(meta.get("decay", self.decay_max))
+        self.ramp = float(meta.get("ramp", self.ramp))
