@@ -59,13 +59,13 @@ def test_unwraps_data_parallel():
 
 def test_state_round_trip_keeps_update_count_and_weights():
     model = small_model()
-    ema = ModelEMA(model)
+    ema = ModelEMA(model, ramp=400.0)
     for _ in range(3):
         with torch.no_grad():
             model[0].weight.mul_(1.5)
         ema.update(model)
     restored = ModelEMA(small_model())
     restored.load_state_dict(ema.state_dict(), ema.ema.state_dict())
-    assert restored.updates == 3
+    assert restored.updates == 3 and restored.ramp == 400.0
     for (k, a), b in zip(ema.ema.state_dict().items(), restored.ema.state_dict().values()):
         assert torch.equal(a, b), k

@@ -54,11 +54,13 @@ class ModelEMA:
         torch._foreach_lerp_(floats_ema, floats_src, 1.0 - d)
 
     def state_dict(self) -> dict[str, Any]:
-        """Only the update count: the averaged weights are saved as the checkpoint's ``model``."""
+        """The update count and the decay settings; the averaged weights are saved as the checkpoint's
+        ``model``."""
         return {"updates": self.updates, "decay": self.decay_max, "ramp": self.ramp}
 
     def load_state_dict(self, meta: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
-        """Restore the update count from ``meta`` and the averaged weights from ``weights``."""
+        """Restore the update count and decay settings from ``meta`` (a checkpoint from before they were
+        saved keeps this instance's) and the averaged weights from ``weights``."""
         self.ema.load_state_dict(weights)
         self.updates = int(meta["updates"])
         self.decay_max = float(meta.get("decay", self.decay_max))
