@@ -5,6 +5,7 @@ import pytest
 
 from yolox_fast.data.augment import (
     TrainTransform,
+    affine_matrix,
     augment_hsv,
     box_candidates,
     clip_and_filter,
@@ -12,6 +13,8 @@ from yolox_fast.data.augment import (
     preproc,
     random_affine,
     resize_keep_ratio,
+    sampled_window,
+    warp_affine,
 )
 
 
@@ -181,3 +184,45 @@ def test_area_test_compares_with_the_reference_box_when_given():
     reference = np.array([[0.0, 0.0, 40.0, 40.0]])  # the original box at the warp's scale
     kept = clip_and_filter(labels, 100, 100, 2.0, 0.1, 20.0, reference=reference)
     np.testing.assert_allclose(kept, [[0.0, 0.0, 5.0, 60.0, 1.0]])  # 300 px^2 >= 10% of 1600
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_the_warp_reads_nothing_outside_the_sampled_window(channels):
+    """Pixels outside `sampled_window` may hold anything: the warp's output does not change. Matrices
+    span shrinking, enlarging, any rotation, shear and moves that leave the canvas partly or wholly."""
+    rng = np.random.default_rng(0)
+    src_size, target = (160, 200), (72, 88)
+    clean = rng.integers(0, 256, (*src_size, channels), dtype=np.uint8)
+    empty_windows = 0
+    for trial in range(300):
+        matrix = affine_matrix(rng, src_size, target, 180, 0.9, (0.1, 3.0), 20)
+        if trial % 5 == 0:
+            matrix[:, 2] += rng.uniform(-300, 300, 2)  # far off: a window at the border, or none
+        x1, y1, x2, y2 = sampled_window(matrix, src_size, target)
+        assert 0 <= x1 <= x2 <= src_size[1] and 0 <= y1 <= y2 <= src_size[0]
+        noisy = rng.integers(0, 256, clean.shape, dtype=np.uint8)
+        noisy[y1:y2, x1:x2] = clean[y1:y2, x1:x2]
+        labels = np.zeros((0, 5), np.float32)
+        want, _ = warp_affine(clean, labels, matrix, target)
+        got, _ = warp_affine(noisy, labels, matrix, target)
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}: window {(x1, y1, x2, y2)}")
+        empty_windows += x1 == x2 or y1 == y2
+    assert 0 < empty_windows < 60  # both kinds were tried
+
+
+def test_a_degenerate_matrix_samples_the_whole_image():
+    for matrix in (np.zeros((2, 3)), np.array([[np.nan, 0, 0], [0, 1, 0]]), np.array([[1, 2, 0], [1, 2, 0]])):
+        assert sampled_window(matrix, (50, 60), (20, 20)) == (0, 0, 60, 50)
+
+
+def test_a_four_channel_warp_equals_the_three_channel_one():
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, (120, 140, 3), dtype=np.uint8)
+    bgrx = np.concatenate([img, rng.integers(0, 256, (120, 140, 1), dtype=np.uint8)], axis=2)
+    labels = np.array([[10, 20, 60, 90, 1]], np.float32)
+    for _ in range(20):
+        matrix = affine_matrix(rng, (120, 140), (64, 64), 30, 0.2, (0.3, 1.5), 5)
+        three, boxes3 = warp_affine(img, labels, matrix, (64, 64))
+        four, boxes4 = warp_affine(bgrx, labels, matrix, (64, 64))
+        np.testing.assert_array_equal(four[..., :3], three)
+        np.testing.assert_array_equal(boxes4, boxes3)

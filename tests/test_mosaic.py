@@ -1,11 +1,12 @@
 """MosaicDetection: boxes follow pixels through mosaic + affine, never degenerate, deterministic."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from yolox_fast.data.augment import TrainTransform
+from yolox_fast.data.augment import TrainTransform, clip_and_filter, random_affine, resize_keep_ratio
 from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.mosaic import MosaicDetection, mosaic_placement
@@ -34,11 +35,14 @@ class Rects:
     def __len__(self):
         return len(self.items)
 
-    def pull_item(self, i):
+    def resized_size(self, i):
+        return self.size
+
+    def pull_item(self, i, with_image=True):
         img = np.zeros((*self.size, 3), np.uint8)
         x1, y1, x2, y2 = self.items[i]
         img[y1:y2, x1:x2] = COLOURS[i]
-        return img, np.array([[*self.items[i], i]], np.float32), self.size, i
+        return img if with_image else None, np.array([[*self.items[i], i]], np.float32), self.size, i
 
 
 def _to_hwc(img):
@@ -137,3 +141,73 @@ def test_mixup_adds_boxes_of_a_second_image(tiny_shapes_coco):
     mixed = MosaicDetection(ds, (96, 96), enable_mixup=True, mixup_prob=1.0, **kwargs)
     more = sum(len(mixed[(True, i, (0, i))][1]) > len(plain[(True, i, (0, i))][1]) for i in range(8))
     assert more >= 4
+
+
+def full_canvas_mosaic(pipeline, index, rng):
+    """The mosaic as YOLOX builds it, for comparison: every tile decoded and pasted on a full 2x canvas
+    of 3 channels, which is then warped whole."""
+    ds, (input_h, input_w) = pipeline.dataset, pipeline.img_size
+    yc = int(rng.uniform(0.5 * input_h, 1.5 * input_h))
+    xc = int(rng.uniform(0.5 * input_w, 1.5 * input_w))
+    indices = [index] + rng.integers(0, len(ds), 3).tolist()
+    canvas = np.full((2 * input_h, 2 * input_w, 3), 114, np.uint8)
+    all_labels = []
+    for k, idx in enumerate(indices):
+        img, labels, _, _ = ds.pull_item(idx)
+        img, r = resize_keep_ratio(img, pipeline.img_size)
+        labels = labels.copy()
+        labels[:, :4] *= r
+        (bx1, by1, bx2, by2), (sx1, sy1, sx2, sy2) = mosaic_placement(
+            k, xc, yc, img.shape[1], img.shape[0], input_h, input_w
+        )
+        canvas[by1:by2, bx1:bx2] = img[sy1:sy2, sx1:sx2]
+        labels[:, [0, 2]] += bx1 - sx1
+        labels[:, [1, 3]] += by1 - sy1
+        all_labels.append(labels)
+    labels = clip_and_filter(np.concatenate(all_labels), 2 * input_w, 2 * input_h, *pipeline.box_filter)
+    return random_affine(
+        canvas, labels, rng, pipeline.img_size, pipeline.degrees, pipeline.translate,
+        pipeline.mosaic_scale, pipeline.shear, pipeline.box_filter,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("img_size", [(96, 96), (80, 112)])
+def test_the_windowed_mosaic_equals_the_full_canvas_one(tiny_shapes_coco, img_size):
+    """Painting only the window the warp reads, skipping tiles outside it and warping 4 channels
+    change nothing: the samples equal, pixel for pixel and box for box, those of the full canvas."""
+    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=img_size)
+    pipeline = MosaicDetection(ds, img_size, mosaic_scale=(0.1, 2.0), degrees=30, shear=5, enable_mixup=False)
+    pulls = []
+    original = ds.pull_item
+    ds.pull_item = lambda index, with_image=True: pulls.append(with_image) or original(index, with_image)
+    for seed in range(60):
+        words = (7, seed)
+        img, targets, _, _ = pipeline[(True, seed % len(ds), words)]
+        rng = np.random.default_rng(words)
+        rng.random()  # the mosaic_prob draw
+        want_img, want_labels = full_canvas_mosaic(pipeline, seed % len(ds), rng)
+        want, want_targets = pipeline.preproc(want_img, want_labels, img_size, rng)
+        np.testing.assert_array_equal(img, want, err_msg=f"seed {seed}")
+        np.testing.assert_array_equal(targets, want_targets, err_msg=f"seed {seed}")
+    # 4 tiles a sample on each side; some of the mosaic's were never decoded
+    assert len(pulls) == 8 * 60 and 0 < pulls.count(False) < 120
+
+
+def test_a_tile_not_decoded_still_gives_its_labels(tiny_shapes_coco):
+    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=(80, 112))
+    for i in range(len(ds)):
+        img, labels, info, img_id = ds.pull_item(i)
+        none, same_labels, same_info, same_id = ds.pull_item(i, with_image=False)
+        assert none is None and (same_info, same_id) == (info, img_id)
+        np.testing.assert_array_equal(same_labels, labels)
+        assert ds.resized_size(i) == img.shape[:2]
+    missing = Path(ds.records[0].file)
+    missing.rename(missing.with_suffix(".gone"))
+    try:  # nothing is read: a tile the mosaic skips costs no file access
+        assert ds.pull_item(0, with_image=False)[0] is None
+        with pytest.raises(FileNotFoundError):
+            ds.pull_item(0)
+    finally:
+        missing.with_suffix(".gone").rename(missing)

@@ -304,7 +304,8 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
     if python is None:
         pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "vs-yolox", "--batches", "2", "--size", "64",
-           "--repeats", "1", "--warmup", "1", "--samples", "3", "--images", "16", "--epochs", "2",
+           "--repeats", "1", "--warmup", "1", "--data-repeats", "1", "--samples", "3", "--images", "16",
+           "--epochs", "2",
            "--e2e-batch", "4", "--e2e-repeats", "1", "--workers", "0", "--out", str(tmp_path)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -58,8 +58,8 @@ class Watch:
         self.matrices: list = []
         original = dataset.pull_item
 
-        def tagged(index):
-            img, labels, info, img_id = original(index)
+        def tagged(index, **kwargs):  # ours passes with_image (a mosaic tile it does not decode)
+            img, labels, info, img_id = original(index, **kwargs)
             labels = np.array(labels, dtype=np.float64, copy=True)
             self.pulls.append(labels[:, :4].copy())
             labels[:, 4] = (len(self.pulls) - 1) * TAG + np.arange(len(labels))
@@ -222,7 +222,6 @@ def official_samples(root: Path, order: list[int], args) -> list[dict]:
 
 
 def ours_samples(dataset_json: Path, order: list[int], args) -> list[dict]:
-    import yolox_fast.data.augment as ours_augment
     import yolox_fast.data.mosaic as ours_mosaic
     from yolox_fast.exp import get_exp
 
@@ -240,7 +239,7 @@ def ours_samples(dataset_json: Path, order: list[int], args) -> list[dict]:
     records = []
     with (
         recording(ours_mosaic, "mosaic_placement", watch.placements),
-        recording(ours_augment, "affine_matrix", watch.matrices),
+        recording(ours_mosaic, "affine_matrix", watch.matrices),
     ):
         for position, index in enumerate(order):
             start = watch.mark()

@@ -18,10 +18,15 @@ from loguru import logger
 PAD_VALUE = 114  # letterbox / mosaic fill, as YOLOX
 
 
+def fitted_size(hw: tuple[int, int], size: tuple[int, int]) -> tuple[int, int, float]:
+    """(h, w, r) of an image of size `hw` (h, w) resized by r = min(H/h, W/w) to fit `size` (H, W)."""
+    r = min(size[0] / hw[0], size[1] / hw[1])
+    return int(hw[0] * r), int(hw[1] * r), r
+
+
 def resize_keep_ratio(img: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, float]:
     """Resize `img` (h, w, 3) by r = min(H/h, W/w) for `size` = (H, W); returns (resized, r)."""
-    r = min(size[0] / img.shape[0], size[1] / img.shape[1])
-    new_w, new_h = int(img.shape[1] * r), int(img.shape[0] * r)
+    new_h, new_w, r = fitted_size(img.shape[:2], size)
     if (new_h, new_w) == img.shape[:2]:
         return img, r
     return cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR), r
@@ -60,16 +65,17 @@ def box_candidates(
     scale (for a crop or paste, simply the box before clipping); `after` (N, 4) the boxes after the
     transform and clipping. A box is kept iff its width and height are > `min_size`, its area is
     >= `min_area_ratio` of the reference area, and max(w/h, h/w) < `max_aspect`.
-    Any NaN or infinite coordinate drops the box.
+    Any NaN or infinite coordinate drops the box (so does an area too large for the dtype).
     """
-    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
-    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
-    finite = np.isfinite(before).all(1) & np.isfinite(after).all(1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        big = (w2 > min_size) & (h2 > min_size)
-        area_kept = w2 * h2 >= min_area_ratio * (w1 * h1)
-        aspect = np.maximum(w2 / h2, h2 / w2) < max_aspect
-    return finite & big & area_kept & aspect
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, inf * 0: the boxes dropped as not finite
+        w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+        w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+        area1, area2 = w1 * h1, w2 * h2  # finite iff all four coordinates are
+        keep = np.isfinite(area1) & np.isfinite(area2) & (w2 > min_size) & (h2 > min_size)
+        keep &= area2 >= min_area_ratio * area1
+        # max(w/h, h/w) < max_aspect without the divisions: w2, h2 > min_size >= 0 where it matters
+        keep &= (w2 < max_aspect * h2) & (h2 < max_aspect * w2)
+    return keep
 
 
 def clip_and_filter(
@@ -87,12 +93,13 @@ def clip_and_filter(
     """
     if len(labels) == 0:
         return labels
-    before = labels[:, :4].copy() if reference is None else reference
-    labels = labels.copy()
-    labels[:, [0, 2]] = labels[:, [0, 2]].clip(0, width)
-    labels[:, [1, 3]] = labels[:, [1, 3]].clip(0, height)
-    keep = box_candidates(before, labels[:, :4], min_size, min_area_ratio, max_aspect)
-    return labels[keep]
+    bounds = np.array((width, height, width, height), dtype=labels.dtype)
+    clipped = np.minimum(np.maximum(labels[:, :4], 0), bounds)  # (N, 4), a new array; NaN stays NaN
+    before = labels[:, :4] if reference is None else reference
+    keep = box_candidates(before, clipped, min_size, min_area_ratio, max_aspect)
+    out = labels[keep]
+    out[:, :4] = clipped[keep]
+    return out
 
 
 def affine_matrix(
@@ -133,6 +140,52 @@ def warp_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return np.concatenate([mapped.min(1), mapped.max(1)], axis=1)
 
 
+def sampled_window(
+    matrix: np.ndarray, src_size: tuple[int, int], target_size: tuple[int, int]
+) -> tuple[int, int, int, int]:
+    """The part (x1, y1, x2, y2) of a `src_size` (H, W) image that `cv2.warpAffine` with the 2x3
+    `matrix` into `target_size` (H, W) reads: the box around the output pixel grid mapped back,
+    widened by 2 px for the bilinear neighbours and cv2's fixed-point rounding, clipped to the
+    image (an empty window where nothing of it is read). The whole image for a degenerate matrix."""
+    (a, b, c), (d, e, f) = matrix.tolist()
+    det = a * e - b * d
+    height, width = target_size
+    xs, ys = [], []
+    for u, v in ((0, 0), (width - 1, 0), (0, height - 1), (width - 1, height - 1)):  # output corners
+        xs.append((e * (u - c) - b * (v - f)) / det if det else math.inf)
+        ys.append((a * (v - f) - d * (u - c)) / det if det else math.inf)
+    if not all(map(math.isfinite, xs + ys)):
+        return 0, 0, src_size[1], src_size[0]
+    x1 = min(max(math.floor(min(xs)) - 2, 0), src_size[1])
+    y1 = min(max(math.floor(min(ys)) - 2, 0), src_size[0])
+    x2 = min(max(math.floor(max(xs)) + 3, x1), src_size[1])
+    y2 = min(max(math.floor(max(ys)) + 3, y1), src_size[0])
+    return x1, y1, x2, y2
+
+
+def warp_affine(
+    img: np.ndarray,
+    labels: np.ndarray,
+    matrix: np.ndarray,
+    target_size: tuple[int, int],
+    box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Warp `img` (h, w, C), C = 3 or 4, by the 2x3 `matrix` into a `target_size` (H, W) canvas of C
+    channels (bilinear, PAD_VALUE outside); labels (N, 5) follow, clipped and filtered (`box_filter`
+    = (min_size, min_area_ratio, max_aspect) for box_candidates). Only `sampled_window` of `img` is read.
+    """
+    size = (target_size[1], target_size[0])
+    out = cv2.warpAffine(img, matrix, dsize=size, borderValue=(PAD_VALUE,) * img.shape[2])
+    if len(labels):
+        # the area test compares with the original box at the warp's scale, not with the (larger)
+        # axis-aligned hull of the rotated/sheared box
+        reference = labels[:, :4] * np.sqrt(abs(np.linalg.det(matrix[:, :2])))
+        labels = labels.copy()
+        labels[:, :4] = warp_boxes(labels[:, :4], matrix)
+        labels = clip_and_filter(labels, target_size[1], target_size[0], *box_filter, reference=reference)
+    return out, labels
+
+
 def random_affine(
     img: np.ndarray,
     labels: np.ndarray,
@@ -144,20 +197,10 @@ def random_affine(
     shear: float = 2.0,
     box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Warp `img` into a `target_size` (H, W) canvas; labels (N, 5) follow, clipped and filtered.
-
-    `box_filter` = (min_size, min_area_ratio, max_aspect) for box_candidates.
-    """
+    """Warp `img` into a `target_size` (H, W) canvas by a random `affine_matrix`; labels (N, 5)
+    follow, clipped and filtered (`box_filter` = (min_size, min_area_ratio, max_aspect))."""
     matrix = affine_matrix(rng, img.shape[:2], target_size, degrees, translate, scales, shear)
-    out = cv2.warpAffine(img, matrix, dsize=(target_size[1], target_size[0]), borderValue=(PAD_VALUE,) * 3)
-    if len(labels):
-        # the area test compares with the original box at the warp's scale, not with the (larger)
-        # axis-aligned hull of the rotated/sheared box
-        reference = labels[:, :4] * np.sqrt(abs(np.linalg.det(matrix[:, :2])))
-        labels = labels.copy()
-        labels[:, :4] = warp_boxes(labels[:, :4], matrix)
-        labels = clip_and_filter(labels, target_size[1], target_size[0], *box_filter, reference=reference)
-    return out, labels
+    return warp_affine(img, labels, matrix, target_size, box_filter)
 
 
 def augment_hsv(

@@ -6,7 +6,6 @@ Formats: xyxy = (x1, y1, x2, y2); cxcywh = (cx, cy, w, h).
 from __future__ import annotations
 
 import torch
-import torchvision
 
 __all__ = ["aligned_iou", "bboxes_iou", "cxcywh2xyxy", "postprocess"]
 
@@ -88,6 +87,11 @@ def postprocess(
     [x1, y1, x2, y2, obj, cls_conf, cls_id] sorted by score (descending), or None if nothing is left.
     The input is not modified.
     """
+    # imported here, not at the top: importing torchvision (its model zoo pulls in torch._dynamo)
+    # takes seconds, which every tool process that never runs NMS (export, the dataset check, a run
+    # stopped by a bad input) would otherwise pay at start
+    import torchvision
+
     outputs: list[torch.Tensor | None] = [None] * prediction.shape[0]
     for i, pred in enumerate(prediction):
         if pred.shape[0] == 0:

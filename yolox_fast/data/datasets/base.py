@@ -11,7 +11,7 @@ import numpy as np
 from loguru import logger
 from torch.utils.data import Dataset
 
-from yolox_fast.data.augment import preproc, resize_keep_ratio
+from yolox_fast.data.augment import fitted_size, preproc, resize_keep_ratio
 from yolox_fast.data.datasets.problems import ERROR, DatasetProblems
 
 
@@ -205,12 +205,24 @@ class DetectionDataset(Dataset):
         self.corrupt_skipped += 1
         logger.warning(f"{err}; skipped ({self.corrupt_skipped} corrupt images skipped in this process)")
 
-    def pull_item(self, index: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int], int]:
+    def resized_size(self, index: int) -> tuple[int, int]:
+        """(h, w) of `load_resized_img(index)`, from the annotation's image size (nothing is decoded)."""
+        rec = self.records[index]
+        return fitted_size((rec.height, rec.width), self.img_size)[:2]
+
+    def pull_item(
+        self, index: int, with_image: bool = True
+    ) -> tuple[np.ndarray | None, np.ndarray, tuple[int, int], int]:
         """(resized uint8 image (a private copy: augmentations write into it), labels (K, 5),
         (orig h, orig w), img_id).
 
         With skip_corrupt, an undecodable image is replaced by the next decodable one.
+        `with_image=False`: the image is None and not read (a mosaic tile the warp never samples);
+        the rest is that of `index` itself.
         """
+        if not with_image:
+            rec = self.records[index]
+            return None, self.load_anno(index), (rec.height, rec.width), rec.img_id
         for offset in range(len(self)):
             i = (index + offset) % len(self)
             try:
