@@ -118,14 +118,6 @@ class MosaicDetection(Dataset):
         out, targets = self.preproc(img, labels, self.img_size, rng)
         return out, targets, info, img_id
 
-    def _fit(self, img: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Resize a pulled image to fit img_size (a no-op when the dataset already did)."""
-        img, r = resize_keep_ratio(img, self.img_size)
-        if r != 1:
-            labels = labels.copy()
-            labels[:, :4] *= r
-        return img, labels
-
     def _mosaic(self, index: int, rng: np.random.Generator):
         input_h, input_w = self.img_size
         canvas_size = (2 * input_h, 2 * input_w)
@@ -151,20 +143,18 @@ class MosaicDetection(Dataset):
             seen = (wx1 < xc if left else wx2 > xc) and (wy1 < yc if top else wy2 > yc)
             img, labels, _, img_id = self._dataset.pull_item(idx, with_image=seen)
             first_id = img_id if first_id is None else first_id
-            if seen:
-                img, labels = self._fit(img, labels)
+            if seen:  # fitted to img_size (a no-op when the dataset already did)
+                img, r = resize_keep_ratio(img, self.img_size)
                 h, w = img.shape[:2]
             else:  # the size the decoded, fitted tile would have, from the annotation
                 h, w, r = fitted_size(self._dataset.resized_size(idx), self.img_size)
-                if r != 1:
-                    labels = labels.copy()
-                    labels[:, :4] *= r
             (bx1, by1, bx2, by2), (sx1, sy1, _, _) = mosaic_placement(k, xc, yc, w, h, input_h, input_w)
             x1, y1, x2, y2 = max(bx1, wx1), max(by1, wy1), min(bx2, wx2), min(by2, wy2)
             if seen and x1 < x2 and y1 < y2:  # the tile's part inside the window
                 tile = img[y1 - by1 + sy1 : y2 - by1 + sy1, x1 - bx1 + sx1 : x2 - bx1 + sx1]
                 cv2.cvtColor(tile, cv2.COLOR_BGR2BGRA, dst=canvas[y1:y2, x1:x2])
             labels = labels.copy()
+            labels[:, :4] *= r
             labels[:, 0:4:2] += bx1 - sx1
             labels[:, 1:4:2] += by1 - sy1
             all_labels.append(labels)
