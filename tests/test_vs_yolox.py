@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -338,3 +339,59 @@ def test_gpu_check_runs_against_official_on_a_cpu(tmp_path):
     for row in ("| iteration", "| grad checkpoint", "| train.py --fp16 --cache", "| oom retry"):
         assert row in proc.stdout
     assert "| train.py --fp16 --cache | yolox-nano, 16 images, 2 epochs | ok" in proc.stdout
+
+
+def test_setup_script_from_inside_a_fresh_venv_sees_that_venv(tmp_path):
+    """`python3 -m venv v && . v/bin/activate`, then tools/setup_yolox_reference.sh: the reference environment
+    sees the packages installed in `v` (not the base interpreter's) and runs v's torch.
+
+    `v` gets this test's packages (torch and the rest) through a .pth file, as a pip install would put them
+    there, and one package installed into it for real with pip, which only `v` has.
+    """
+    import site
+
+    user = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(user)], check=True, timeout=120)
+    user_python = user / "bin" / "python"
+    user_site = Path(
+        subprocess.check_output(
+            [user_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
+    ours = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    (user_site / "test_env.pth").write_text(f"import site; list(map(site.addsitedir, {ours!r}))\n")
+    wheel = tmp_path / "only_in_user_venv-1.0-py3-none-any.whl"  # a wheel needs no build tools to install
+    info = "only_in_user_venv-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr("only_in_user_venv/__init__.py", "")
+        whl.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: only-in-user-venv\nVersion: 1.0\n")
+        whl.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        whl.writestr(f"{info}/RECORD", "")
+    subprocess.run(
+        [user_python, "-m", "pip", "install", "--quiet", "--no-index", str(wheel)], check=True, timeout=300
+    )
+    activated = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "PYTHONHOME", "PYTHONPATH")}
+    activated.update(VIRTUAL_ENV=str(user), PATH=f"{user / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    ref_dir = tmp_path / "ref"
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools" / "setup_yolox_reference.sh"), str(ref_dir)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=activated,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    ref = proc.stdout.strip().splitlines()[-1]
+    assert ref == str(ref_dir / "bin" / "python")
+    code = (
+        "import json, os, torch, yolox, only_in_user_venv as p; from os.path import realpath; "
+        "print(json.dumps([yolox.__version__, realpath(torch.__file__), realpath(p.__file__)]))"
+    )
+    seen = json.loads(subprocess.check_output([ref, "-c", code], text=True, env=activated))
+    import torch
+
+    assert seen[0] == "0.3.0"
+    assert seen[1] == os.path.realpath(torch.__file__)
+    assert seen[2].startswith(os.path.realpath(user_site))
