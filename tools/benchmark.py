@@ -1,4 +1,4 @@
-"""Benchmarks: `python tools/benchmark.py {simota,data,demo,train,eval,fidelity,vs-yolox,gpu} [options]`.
+"""Benchmarks: `python tools/benchmark.py SUITE [options]`, SUITE one of SUITES below.
 
 Each prints its figures and the ratio against a baseline measured in the same run.
 """
@@ -6,7 +6,7 @@ Each prints its figures and the ratio against a baseline measured in the same ru
 import importlib
 import sys
 
-SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "vs-yolox", "gpu")
+SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "gpu")
 
 
 def main() -> None:

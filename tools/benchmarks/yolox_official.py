@@ -11,8 +11,8 @@ so both are repeated here from their source, in their order, with only the CUDA 
   next one (`update_lr(progress + 1)`); the first step runs at the optimizer's initial lr (warmup_lr).
   At the start of epoch e (0-based) with e + 1 == max_epoch - no_aug_epochs: close_mosaic, L1 on,
   eval_interval = 1. After epoch e: evaluate the EMA model when (e + 1) % eval_interval == 0.
-  Multi-scale is not drawn (the runs here keep one input size); BN statistics need no all-reduce (one
-  process); no checkpoints are written.
+  Multi-scale is drawn only when asked (`multiscale`); BN statistics need no all-reduce (one process);
+  no checkpoints are written.
 - evaluation (`evaluators/coco_evaluator.py`): forward, `postprocess(conf, nms)`, its
   `convert_to_coco_format` and `evaluate_prediction` (pycocotools, or its compiled COCOeval when built).
 """
@@ -64,21 +64,45 @@ def official_evaluate(evaluator, model) -> tuple[float, float]:
     return float(ap50_95), float(ap50)
 
 
+def official_random_size(exp) -> tuple[int, int]:
+    """The next multi-scale input size, drawn as official's `Exp.random_resize` draws it on rank 0."""
+    factor = exp.input_size[1] * 1.0 / exp.input_size[0]
+    if not hasattr(exp, "random_size"):
+        exp.random_size = (
+            int(exp.input_size[0] / 32) - exp.multiscale_range,
+            int(exp.input_size[0] / 32) + exp.multiscale_range,
+        )
+    size = random.randint(*exp.random_size)
+    return int(32 * size), 32 * int(size * factor)
+
+
 def train_official(
-    exp, batch_size: int, seed: int, on_epoch: Callable[[dict], None] | None = None
+    exp,
+    batch_size: int,
+    seed: int,
+    on_epoch: Callable[[dict], None] | None = None,
+    weights: str | None = None,
+    time_limit: float | None = None,
+    multiscale: bool = False,
 ) -> tuple[list[dict], dict]:
     """Train `exp` as official's Trainer would, on this process's device (CPU).
 
-    Returns (one dict per epoch {"epoch" (1-based), "train_seconds", "loss" (mean total loss of its
-    steps), and when evaluated "ap50_95", "ap50"},
-    {"iters_per_epoch", "steps"}). `on_epoch` is called with each epoch's dict as it finishes.
+    `weights`: a checkpoint to fine-tune from, loaded as official's `tools/train.py -c` loads it
+    (`load_ckpt`: tensors of another shape are skipped). `time_limit`: seconds of training after which
+    the run stops at the end of the step, and its EMA model is evaluated (a run stopped where another
+    one ended). Returns (one dict per epoch {"epoch" (1-based), "train_seconds", "loss" (mean total
+    loss of its steps), and when evaluated "ap50_95", "ap50"}, {"iters_per_epoch", "steps"}).
+    `on_epoch` is called with each epoch's dict as it finishes.
     """
-    from yolox.utils import ModelEMA
+    from yolox.utils import ModelEMA, load_ckpt
 
     exp.seed = seed
     random.seed(seed)  # official tools/train.py seeds python and torch (not numpy) when exp.seed is set
     torch.manual_seed(seed)
     model = exp.get_model()
+    if weights:
+        with contextlib.redirect_stderr(io.StringIO()):  # its warnings name each skipped tensor
+            load_ckpt(model, torch.load(weights, map_location="cpu", weights_only=False)["model"])
     model.train()
     optimizer = exp.get_optimizer(batch_size)
     train_loader = exp.get_data_loader(
@@ -89,16 +113,18 @@ def train_official(
     ema = ModelEMA(model, 0.9998)
     evaluator = exp.get_evaluator(batch_size=batch_size, is_distributed=False)
     batches = iter(train_loader)
-    epochs, steps = [], 0
+    epochs, steps, start = [], 0, time.perf_counter()
+    input_size = exp.input_size
     for epoch in range(exp.max_epoch):
         t0, losses = time.perf_counter(), []
+        out_of_time = False
         if epoch + 1 == exp.max_epoch - exp.no_aug_epochs:
             train_loader.close_mosaic()
             model.head.use_l1 = True
             exp.eval_interval = 1
         for it in range(max_iter):
             inps, targets = next(batches)[:2]
-            inps, targets = exp.preprocess(inps.float(), targets.float(), exp.input_size)
+            inps, targets = exp.preprocess(inps.float(), targets.float(), input_size)
             loss = model(inps, targets)["total_loss"]
             optimizer.zero_grad()
             loss.backward()
@@ -109,14 +135,21 @@ def train_official(
                 group["lr"] = lr
             steps += 1
             losses.append(float(loss.detach()))
+            if multiscale and (epoch * max_iter + it + 1) % 10 == 0:
+                input_size = official_random_size(exp)
+            if time_limit is not None and time.perf_counter() - start >= time_limit:
+                out_of_time = True
+                break
         record = {
             "epoch": epoch + 1,
             "train_seconds": time.perf_counter() - t0,
             "loss": sum(losses) / len(losses),
         }
-        if (epoch + 1) % exp.eval_interval == 0:
+        if (epoch + 1) % exp.eval_interval == 0 or out_of_time:
             record["ap50_95"], record["ap50"] = official_evaluate(evaluator, ema.ema)
         epochs.append(record)
         if on_epoch is not None:
             on_epoch(record)
+        if out_of_time:
+            break
     return epochs, {"iters_per_epoch": max_iter, "steps": steps}

@@ -51,8 +51,8 @@ def _is_number(text: str) -> bool:
 
 
 def build_exp(args: argparse.Namespace):
-    """The exp of -f/-n with the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, and
-    --tsize when the tool has it."""
+    """The exp of -f/-n with the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, --tsize
+    when the tool has it, and num_classes None resolved (from the dataset, else from -c)."""
     exp = get_exp(args.exp_file, args.name)
     exp.merge(args.opts)
     if args.experiment_name:
@@ -60,4 +60,5 @@ def build_exp(args: argparse.Namespace):
     if getattr(args, "tsize", None) is not None:
         exp.test_size = (args.tsize, args.tsize)
     exp.validate()
+    exp.resolve_num_classes(getattr(args, "ckpt", None))
     return exp

@@ -30,6 +30,7 @@ from yolox_fast.core.launch import launcher_name
 from yolox_fast.data.datasets.base import CorruptImageError
 from yolox_fast.evaluators.report import record_training_eval
 from yolox_fast.inference import Predictor
+from yolox_fast.models.folded_bn import has_folded_bn, refit_folded_bn
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype, autocast
 from yolox_fast.utils.checkpoint import (
@@ -129,6 +130,10 @@ class Trainer:
         self.input_size = tuple(exp.input_size)
         self.best_metric = check_best_metric(getattr(exp, "best_metric", "AP50_95"))  # what best_ckpt keeps
         self.best_ap = float("-inf")  # so the first evaluation always writes best_ckpt.pth
+        self.best_epoch = 0  # the (1-based) epoch whose evaluation gave best_ap
+        self.evals_since_best = 0  # evaluations in a row without a better best_ap (exp.patience)
+        self.stopped_early = False
+        self.finetune_from: str | None = None  # the -c weights a fresh (not resumed) run starts from
         self.start_epoch = 0
         self.start_iter = 0  # iterations already done inside start_epoch (mid-epoch resume)
         self._finished = (0, 0)  # (epoch, iterations done in it) of the last completed step or epoch save
@@ -150,6 +155,8 @@ class Trainer:
                 self.before_epoch()
                 self.train_in_epoch()
                 self.after_epoch()
+                if self.stopped_early:
+                    break
         except TrainingStopped:
             raise
         except Exception:
@@ -235,6 +242,11 @@ class Trainer:
             cache_img=self.args.cache,
         )
         self.class_names = tuple(self.train_loader.dataset.class_names)
+        if self.finetune_from and self.exp.refit_folded_bn and has_folded_bn(model):
+            self._refit_folded_bn(model, self.train_loader.dataset.dataset)
+        trainable = model.freeze(self.exp.freeze)
+        total = sum(p.numel() for p in model.parameters())
+        logger.info(f"trainable parameters: {trainable:,} of {total:,} (freeze: {self.exp.freeze})")
         self.max_iter = len(self.train_loader)
         # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
         self.train_loader.skip_to(self.progress_in_iter_at(self.start_epoch, self.start_iter))
@@ -301,9 +313,20 @@ class Trainer:
             self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
         logger.info(f"epoch {done}/{self.max_epoch} finished")
         due = done % self.exp.eval_interval == 0 or self.no_aug or done == self.max_epoch
-        if due and self.evaluate_and_save_model():
-            # latest also records the new best AP, so a resumed run compares against it
-            self.save_ckpt("latest", start_epoch=done, it=0)
+        if not due:
+            return
+        improved = self.evaluate_and_save_model()
+        self.evals_since_best = 0 if improved else self.evals_since_best + 1
+        patience = self.exp.patience
+        if patience and self.evals_since_best >= patience and done < self.max_epoch:
+            self.stopped_early = True
+            logger.info(
+                f"early stop after epoch {done}: {metric_label(self.best_metric)} has not improved for "
+                f"{self.evals_since_best} evaluations (patience {patience}); the best, {self.best_ap:.4f} at "
+                f"epoch {self.best_epoch}, is in best_ckpt.pth"
+            )
+        # latest also records the new best and the count towards patience, so a resumed run goes on from them
+        self.save_ckpt("latest", start_epoch=done, it=0)
 
     def after_train(self) -> None:
         minutes = (time.perf_counter() - self.train_start) / 60
@@ -331,7 +354,8 @@ class Trainer:
         ap50_95, ap50 = dist_utils.broadcast_object((float(ap50_95), float(ap50)))
         value = metric_value(self.best_metric, ap50_95, ap50)
         improved = value > self.best_ap
-        self.best_ap = max(self.best_ap, value)
+        if improved:
+            self.best_ap, self.best_epoch = value, self.epoch + 1
         logger.info(
             f"eval epoch {self.epoch + 1}: AP50:95 {ap50_95:.4f}  AP50 {ap50:.4f}  "
             f"(best {metric_label(self.best_metric)} {self.best_ap:.4f}, {time.perf_counter() - t0:.1f} s)"
@@ -381,6 +405,8 @@ class Trainer:
             "iter": it,
             "best_ap": self.best_ap,
             "best_metric": self.best_metric,
+            "best_epoch": self.best_epoch,
+            "evals_since_best": self.evals_since_best,
             "class_names": list(self.class_names),
             "exp": self.exp.fields(),
         }
@@ -434,6 +460,7 @@ class Trainer:
                 ckpt = load_checkpoint(self.args.ckpt)
                 load_model_weights(model, ckpt)
                 logger.info(f"fine-tuning from {self.args.ckpt}")
+                self.finetune_from = self.args.ckpt
             return None
         ckpt = load_checkpoint(path, map_location=self.device)
         model.load_state_dict(ckpt.get("raw_model") or ckpt["model"])
@@ -441,6 +468,9 @@ class Trainer:
         if ckpt.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(ckpt["scaler"])
         self.best_ap = resumed_best(ckpt, self.best_metric)
+        if self.best_ap != float("-inf"):  # measured by the same metric: the patience count goes on too
+            self.best_epoch = int(ckpt.get("best_epoch", 0))
+            self.evals_since_best = int(ckpt.get("evals_since_best", 0))
         if self.args.start_epoch is not None and restart_count() == 0:  # -e is 1-based, as in YOLOX
             self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
         else:
@@ -449,6 +479,21 @@ class Trainer:
             f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it"
         )
         return ckpt
+
+    def _refit_folded_bn(self, model: nn.Module, dataset, count: int = 128, batch: int = 8) -> None:
+        """Re-estimate the BatchNorm statistics of folded -c weights on `count` training images (spread
+        over the set, letterboxed as for evaluation), so training starts from the weights' function."""
+        indices = np.unique(np.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().astype(int))
+        images = torch.from_numpy(np.stack([dataset[int(i)][0] for i in indices]))
+        seen = refit_folded_bn(
+            model,
+            (b.to(self.device).contiguous(memory_format=self.memory_format) for b in images.split(batch)),
+        )
+        logger.info(
+            f"{self.finetune_from}: its BatchNorm layers carry identity statistics (folded into the "
+            f"convolutions, as in weights rebuilt from an ONNX export); re-estimated them on {seen} training "
+            "images so that training starts from these weights' function (refit_folded_bn False keeps them)"
+        )
 
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,6 +16,7 @@ import numpy as np
 from loguru import logger
 
 PAD_VALUE = 114  # letterbox / mosaic fill, as YOLOX
+PIVOTS = ("centre", "origin")  # where the mosaic's random affine acts (see affine_matrix)
 
 
 def fitted_size(hw: tuple[int, int], size: tuple[int, int]) -> tuple[int, int, float]:
@@ -110,15 +111,21 @@ def affine_matrix(
     translate: float,
     scales: Sequence[float],
     shear: float,
+    pivot: str = "centre",
 ) -> np.ndarray:
     """A random 2x3 affine map from a `src_size` (H, W) image to a `target_size` (H, W) one.
 
-    The source centre goes to the target centre (moved by up to `translate` of the target size);
-    rotation by U(-degrees, degrees), isotropic scale U(scales) and shear U(-shear, shear) degrees act
-    about that centre.
+    `pivot` "centre": the source centre goes to the target centre (moved by up to `translate` of the
+    target size), and rotation by U(-degrees, degrees), isotropic scale U(scales) and shear
+    U(-shear, shear) degrees act about it. "origin" (official YOLOX 0.3.0's placement): they act about
+    the source's top-left corner, which goes to the target's (moved by up to `translate`), so the
+    output shows the source's top-left part (all of it once the scale shrinks it to the target size).
     """
+    if pivot not in PIVOTS:
+        raise ValueError(f"affine pivot must be one of {PIVOTS}, got {pivot!r}")
     centre = np.eye(3)
-    centre[0, 2], centre[1, 2] = -src_size[1] / 2, -src_size[0] / 2
+    if pivot == "centre":
+        centre[0, 2], centre[1, 2] = -src_size[1] / 2, -src_size[0] / 2
     rot = np.eye(3)
     angle = rng.uniform(-degrees, degrees)
     scale = rng.uniform(scales[0], scales[1])
@@ -127,8 +134,9 @@ def affine_matrix(
     shr[0, 1] = math.tan(rng.uniform(-shear, shear) * math.pi / 180)
     shr[1, 0] = math.tan(rng.uniform(-shear, shear) * math.pi / 180)
     move = np.eye(3)
-    move[0, 2] = rng.uniform(0.5 - translate, 0.5 + translate) * target_size[1]
-    move[1, 2] = rng.uniform(0.5 - translate, 0.5 + translate) * target_size[0]
+    anchor = 0.5 if pivot == "centre" else 0.0
+    move[0, 2] = rng.uniform(anchor - translate, anchor + translate) * target_size[1]
+    move[1, 2] = rng.uniform(anchor - translate, anchor + translate) * target_size[0]
     return (move @ shr @ rot @ centre)[:2]
 
 

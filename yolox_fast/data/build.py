@@ -11,11 +11,11 @@ from torch.utils.data import DataLoader
 
 from yolox_fast.data.augment import TrainTransform
 from yolox_fast.data.cache import build_cache
-from yolox_fast.data.config import coco_category_names, load_dataset_config, resolve_root
+from yolox_fast.data.config import coco_category_names, data_class_names, load_dataset_config, resolve_root
 from yolox_fast.data.datasets.base import DetectionDataset
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import ensure_generated
-from yolox_fast.data.datasets.voc import VOCDetection
+from yolox_fast.data.datasets.voc import VOCDetection, log_ratio_split
 from yolox_fast.data.datasets.yolo import YOLODataset
 from yolox_fast.data.loader import TrainLoader, eval_collate, opencv_for_workers, worker_init
 from yolox_fast.data.mosaic import MosaicDetection
@@ -26,13 +26,13 @@ from yolox_fast.utils import dist as dist_utils
 def dataset_config(exp) -> dict[str, Any]:
     """exp.dataset's description with the exp's YOLOX-style overrides applied.
 
-    `exp.data_dir` replaces the root: "my data, in this description's layout". For a COCO-format
-    description the class names then come from that set's own annotation categories (sorted by id),
-    never from the description's list, unless `exp.class_names` names them. `exp.train_ann` /
-    `exp.val_ann`, when set (not None), replace the description's annotation files. Reads no images
-    and generates nothing (see `prepare_dataset`).
+    `exp.data_dir` replaces the root: "my data, in this description's layout". The class names then
+    come from that set's own data (COCO categories sorted by id, VOC object names), never from the
+    description's list, unless `exp.class_names` names them. `exp.train_ann` / `exp.val_ann`, when set
+    (not None), replace the description's annotation files. Reads no images and generates nothing (see
+    `prepare_dataset`).
     """
-    cfg = load_dataset_config(exp.dataset)
+    cfg = load_dataset_config(exp.dataset, class_names=not exp.data_dir)
     if exp.data_dir:
         cfg["root"] = resolve_root(exp.data_dir)
         cfg["name"] = Path(cfg["root"]).name or cfg["name"]
@@ -46,6 +46,8 @@ def dataset_config(exp) -> dict[str, Any]:
             cfg["class_names"] = None  # filled from the categories when the dataset is read
     if exp.class_names:
         cfg["class_names"] = list(exp.class_names)
+    elif exp.data_dir and cfg["format"] == "voc":
+        cfg["class_names"] = data_class_names(cfg)
     return cfg
 
 
@@ -79,7 +81,7 @@ def _dataset(exp, cfg: dict[str, Any], split: str, img_size, problems=None) -> D
         return YOLODataset(
             cfg["root"], cfg[split]["images"], names, keypoints=bool(cfg.get("keypoints")), **common
         )
-    return VOCDetection(cfg["root"], cfg[split]["sets"], names, **common)
+    return VOCDetection(cfg["root"], cfg[split], names, **common)
 
 
 def build_checked_dataset(exp, split: str, problems) -> DetectionDataset:
@@ -103,6 +105,8 @@ def build_train_dataset(exp, cache: None | bool | str = None) -> DetectionDatase
     "disk" or True = "ram") served from an ImageCache. `exp.cache_strict` (if set) turns "not
     enough room for the cache" into an error; `exp.cache_dir` (if set) places the disk cache."""
     cfg = dataset_config(exp)
+    if cfg["format"] == "voc" and "val_ratio" in cfg["train"]:
+        log_ratio_split(cfg["name"], cfg["root"], cfg["train"])
     dataset = _dataset(exp, cfg, "train", exp.input_size)
     if dataset.num_classes > exp.num_classes:
         raise ValueError(
@@ -154,6 +158,7 @@ def build_train_loader(
         mixup_prob=exp.mixup_prob,
         box_filter=box_filter,
         seed=seed,
+        affine_pivot=exp.affine_pivot,
     )
     rank, world = (dist_utils.get_rank(), dist_utils.get_world_size()) if is_distributed else (0, 1)
     sampler = InfiniteSampler(len(dataset), shuffle=True, seed=seed, rank=rank, world_size=world)

@@ -1,7 +1,8 @@
 """Dataset descriptions: where a dataset lives and in which format.
 
 A description is a JSON file (the built-in ones, `coco`, `voc` and `shapes`, ship in
-`yolox_fast/data/configs/`) or an Ultralytics `data.yaml`. Roots may start with `$YOLOX_DATADIR`, the
+`yolox_fast/data/configs/`), an Ultralytics `data.yaml`, or a dataset folder whose layout is recognised
+(`layouts.py`). Roots may start with `$YOLOX_DATADIR`, the
 folder that holds the datasets: the environment variable of that name, else `./datasets`. A relative
 root is relative to the working directory. Nothing here reads images or generates data.
 """
@@ -34,38 +35,89 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
 
 
-def load_dataset_config(name_or_path: str | Path) -> dict[str, Any]:
-    """Load a dataset description by name (a built-in: coco, voc, shapes) or by path (.json or data.yaml).
+def load_dataset_config(name_or_path: str | Path, class_names: bool = True) -> dict[str, Any]:
+    """Load a dataset description by name (a built-in: coco, voc, shapes), by path (.json or data.yaml),
+    or from a dataset folder, whose layout is recognised (`layouts.describe_folder`).
 
-    Returns the description dict with `root` absolute and `class_names` filled in: for COCO
-    descriptions without the list, the names are read from the categories of the first annotation
-    file that exists. Raises FileNotFoundError naming the built-in descriptions for an unknown name,
-    ValueError for a malformed description.
+    Returns the description dict with `root` absolute, a VOC description's splits in their full form
+    (`expand_voc_splits`) and, with `class_names`, the class names filled in when the description has
+    none: read from the categories of the first COCO annotation file that exists, or from the object
+    names of the VOC XML files. Raises FileNotFoundError naming the built-in descriptions for an unknown
+    name, ValueError for a malformed description.
     """
     path = Path(name_or_path).expanduser()
-    if not path.is_file():
-        candidate = CONFIG_DIR / f"{name_or_path}.json"
-        if not candidate.is_file():
-            raise FileNotFoundError(
-                f"dataset description {str(name_or_path)!r} not found: neither a file nor a built-in "
-                f"description ({', '.join(builtin_names())})"
-            )
-        path = candidate
+    if path.is_dir():
+        from yolox_fast.data.layouts import describe_folder
+
+        cfg = describe_folder(path)
+    else:
+        if not path.is_file():
+            path = CONFIG_DIR / f"{name_or_path}.json"
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"dataset description {str(name_or_path)!r} not found: neither a file, a dataset folder "
+                    f"nor a built-in description ({', '.join(builtin_names())})"
+                )
+        cfg = _read_description(path)
+    cfg["config_path"] = str(path.resolve())
+    if cfg.get("format") == "voc":
+        expand_voc_splits(cfg, path)
+    validate_description(cfg, path)
+    cfg["root"] = resolve_root(cfg["root"])
+    if class_names and not cfg.get("class_names"):
+        cfg["class_names"] = data_class_names(cfg, path)
+    return cfg
+
+
+def _read_description(path: Path) -> dict[str, Any]:
     if path.suffix.lower() in YAML_SUFFIXES:
         from yolox_fast.data.datasets.yolo import yolo_description
 
-        cfg = yolo_description(path)
-    else:
-        try:
-            cfg = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"dataset description {path} is not valid JSON: {err}") from err
-    cfg["config_path"] = str(path.resolve())
-    validate_description(cfg, path)
-    cfg["root"] = resolve_root(cfg["root"])
-    if not cfg.get("class_names"):
-        cfg["class_names"] = coco_category_names(cfg, path)
+        return yolo_description(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"dataset description {path} is not valid JSON: {err}") from err
+    if not isinstance(cfg, dict):
+        raise ValueError(f"dataset description {path} is not a JSON object")
     return cfg
+
+
+def expand_voc_splits(cfg: dict[str, Any], path: Path | str) -> None:
+    """A VOC description's splits in full (in place): a top-level `val_ratio` (with `split_seed`, default
+    0) becomes the train and val parts of every XML file, and the top-level `images` / `annotations`
+    folders go into each split that is not VOCdevkit `sets` and names none of its own."""
+    if "val_ratio" in cfg:
+        if "train" in cfg or "val" in cfg:
+            raise ValueError(
+                f"dataset description {path}: give either val_ratio (a split made from every XML file) or "
+                "train and val, not both"
+            )
+        ratio = cfg["val_ratio"]
+        if not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
+            raise ValueError(
+                f"dataset description {path}: val_ratio must be a number in (0, 1), got {ratio!r}"
+            )
+        seed = cfg.setdefault("split_seed", 0)
+        for part in ("train", "val"):
+            cfg[part] = {"val_ratio": ratio, "split_seed": seed, "part": part}
+    for part in ("train", "val"):
+        split = cfg.get(part)
+        if isinstance(split, dict) and "sets" not in split:
+            for key in ("images", "annotations"):
+                if key in cfg and key not in split:
+                    split[key] = cfg[key]
+
+
+def data_class_names(cfg: dict[str, Any], path: Path | str | None = None) -> list[str]:
+    """The class names the data itself gives: COCO categories, or the object names of the VOC XML files."""
+    if cfg["format"] == "voc":
+        from yolox_fast.data.datasets.voc import xml_class_names
+
+        return xml_class_names(cfg["root"], [cfg["train"], cfg["val"]])
+    if cfg["format"] == "coco":
+        return coco_category_names(cfg, path)
+    raise ValueError(f"dataset description {path or cfg.get('config_path')} gives no class names")
 
 
 def validate_description(cfg: dict[str, Any], path: Path | str) -> None:
@@ -77,33 +129,77 @@ def validate_description(cfg: dict[str, Any], path: Path | str) -> None:
         raise ValueError(
             f"dataset description {path}: format must be one of {FORMATS}, got {cfg['format']!r}"
         )
-    needed = {"coco": ("images", "ann"), "voc": ("sets",), "yolo": ("images",)}[cfg["format"]]
+    needed = {"coco": ("images", "ann"), "voc": (), "yolo": ("images",)}[cfg["format"]]
     for split in ("train", "val"):
+        if not isinstance(cfg[split], dict):
+            raise ValueError(
+                f"dataset description {path}: split {split!r} must be an object, got {cfg[split]!r}"
+            )
         missing = [k for k in needed if k not in cfg[split]]
         if missing:
             raise ValueError(f"dataset description {path}: split {split!r} lacks {missing}")
-    if cfg["format"] in ("voc", "yolo") and not cfg.get("class_names"):
-        raise ValueError(f"dataset description {path}: {cfg['format'].upper()} descriptions need class names")
+        chosen = [k for k in ("sets", "list", "csv", "val_ratio") if k in cfg[split]]
+        if cfg["format"] == "voc" and len(chosen) > 1:
+            raise ValueError(
+                f"dataset description {path}: split {split!r} names its images in {len(chosen)} ways "
+                f"({', '.join(chosen)}); give one"
+            )
+    if cfg["format"] == "yolo" and not cfg.get("class_names"):
+        raise ValueError(f"dataset description {path}: YOLO descriptions need class names")
+    metric = cfg.get("metric")
+    if metric is not None and metric not in ("coco", "voc"):
+        raise ValueError(f"dataset description {path}: metric must be 'coco' or 'voc', got {metric!r}")
+    if metric == "voc" and cfg["format"] != "voc":
+        raise ValueError(f"dataset description {path}: the VOC metric scores VOC-format sets only")
 
 
 def coco_category_names(cfg: dict[str, Any], path: Path | str | None = None) -> list[str]:
-    """Class names of a COCO-format description from its annotation files' categories, sorted by id."""
+    """Class names of a COCO-format description from its annotation files' categories, sorted by id
+    (an export's unused supercategory left out, see `trained_categories`)."""
     # val first: it is the small file (COCO train annotations are ~450 MB)
     for split in ("val", "train"):
         ann = annotation_path(cfg["root"], cfg[split]["ann"])
         if os.path.isfile(ann):
             try:
-                cats = json.loads(Path(ann).read_text()).get("categories", [])
+                data = json.loads(Path(ann).read_text())
             except json.JSONDecodeError as err:
                 raise ValueError(f"COCO annotation file {ann} is not valid JSON ({err}): truncated?") from err
-            return [c["name"] for c in sorted(cats, key=lambda c: c["id"])]
+            return [c["name"] for c in trained_categories(data)[0]]
     raise FileNotFoundError(
         f"dataset description {path or cfg.get('config_path')} has no class_names and no annotation file to "
         f"read them from (looked for {cfg['val']['ann']} and {cfg['train']['ann']} under "
-        f"{cfg['root']}/annotations)"
+        f"{cfg['root']}/annotations and {cfg['root']})"
     )
 
 
+def trained_categories(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the categories to train, sorted by id; those left out) of a COCO annotation dict.
+
+    Left out: a category that another category names as its supercategory and that no annotation of
+    the file uses. Roboflow's COCO exports carry one (id 0, the dataset's name, the supercategory of
+    every real class); trained, it would be a class no box ever has.
+    """
+    cats = sorted(data.get("categories") or [], key=lambda c: c["id"])
+    used = {a.get("category_id") for a in data.get("annotations") or []}
+    parents = {c.get("supercategory") for c in cats} - {None}
+    dropped = [
+        c
+        for c in cats
+        if c["id"] not in used
+        and c.get("name") in parents
+        and any(o.get("supercategory") == c.get("name") and o is not c for o in cats)
+    ]
+    return [c for c in cats if c not in dropped], dropped
+
+
 def annotation_path(root: str, ann: str) -> str:
-    """A COCO annotation file: `ann` itself if absolute, else `<root>/annotations/<ann>` (YOLOX's layout)."""
-    return ann if os.path.isabs(ann) else os.path.join(root, "annotations", ann)
+    """A COCO annotation file: `ann` itself if absolute, else `<root>/annotations/<ann>` (YOLOX's layout)
+    when that exists, else `<root>/<ann>` when that does (exports such as Roboflow's keep the json beside
+    the images: `train/_annotations.coco.json`); YOLOX's path when neither exists."""
+    if os.path.isabs(ann):
+        return ann
+    yolox_layout = os.path.join(root, "annotations", ann)
+    beside = os.path.join(root, ann)
+    if not os.path.isfile(yolox_layout) and os.path.isfile(beside):
+        return beside
+    return yolox_layout

@@ -76,6 +76,7 @@ class MosaicDetection(Dataset):
         mixup_prob: float = 1.0,
         box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
         seed: int = 0,
+        affine_pivot: str = "centre",
     ) -> None:
         self._dataset = dataset
         self.img_size = tuple(img_size)
@@ -87,6 +88,7 @@ class MosaicDetection(Dataset):
         self.mosaic_prob, self.mixup_prob = mosaic_prob, mixup_prob
         self.box_filter = box_filter
         self.seed = seed
+        self.affine_pivot = affine_pivot
         # MixUp needs a partner with boxes; an image set with none at all simply gets no MixUp
         self._labelled = np.array([i for i in range(len(dataset)) if len(dataset.records[i].boxes)])
 
@@ -125,7 +127,14 @@ class MosaicDetection(Dataset):
         xc = int(rng.uniform(0.5 * input_w, 1.5 * input_w))
         indices = [index] + rng.integers(0, len(self._dataset), 3).tolist()
         matrix = affine_matrix(
-            rng, canvas_size, self.img_size, self.degrees, self.translate, self.mosaic_scale, self.shear
+            rng,
+            canvas_size,
+            self.img_size,
+            self.degrees,
+            self.translate,
+            self.mosaic_scale,
+            self.shear,
+            self.affine_pivot,
         )
         # The warp reads only a window of the 2x canvas (about 40% of it on average): only the
         # window is painted, and a tile on the far side of the centre from it is never decoded. The

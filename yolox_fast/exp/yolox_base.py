@@ -43,7 +43,7 @@ class Exp(BaseExp):
 
     FIELD_TYPES = {
         # model
-        "num_classes": int, "depth": float, "width": float, "act": Literal["silu", "relu", "lrelu"],
+        "num_classes": int | None, "depth": float, "width": float, "act": Literal["silu", "relu", "lrelu"],
         "depthwise": bool, "grad_checkpoint": bool, "channels_last": bool,
         # data
         "dataset": str, "data_dir": str | None, "train_ann": str | None, "val_ann": str | None,
@@ -53,7 +53,8 @@ class Exp(BaseExp):
         # augmentation
         "mosaic_prob": float, "mixup_prob": float, "hsv_prob": float, "flip_prob": float,
         "degrees": float, "translate": float, "mosaic_scale": RANGE, "enable_mixup": bool,
-        "mixup_scale": RANGE, "shear": float, "box_min_size": float, "box_min_area_ratio": float,
+        "mixup_scale": RANGE, "shear": float, "affine_pivot": Literal["centre", "origin"],
+        "box_min_size": float, "box_min_area_ratio": float,
         "box_max_aspect": float,
         # training
         "batch_size": int, "warmup_epochs": float, "max_epoch": int, "warmup_lr": float,
@@ -61,6 +62,8 @@ class Exp(BaseExp):
         "scheduler": Literal["yoloxwarmcos", "warmcos", "cos", "multistep"], "no_aug_epochs": int,
         "ema": bool, "ema_ramp": float, "weight_decay": float, "momentum": float,
         "clip_grad_norm": float | None,
+        "freeze": Literal["none", "backbone", "backbone+neck"], "patience": int | None,
+        "refit_folded_bn": bool,
         "print_interval": int, "eval_interval": int, "save_history_ckpt": bool, "exp_name": str,
         "output_dir": str, "seed": int | None,
         # assignment
@@ -75,7 +78,7 @@ class Exp(BaseExp):
     def __init__(self) -> None:
         super().__init__()
         # ---------------- model ---------------- #
-        self.num_classes = 80
+        self.num_classes: int | None = 80  # None: as many as the dataset has (tools resolve it at start)
         self.depth = 1.00  # factor of the number of blocks in each CSP stage
         self.width = 1.00  # factor of the number of channels
         self.act = "silu"
@@ -118,6 +121,9 @@ class Exp(BaseExp):
         self.enable_mixup = True
         self.mixup_scale = (0.5, 1.5)
         self.shear = 2.0
+        # where the mosaic's rotation/scale/shear act: "centre" maps the mosaic canvas's centre to the
+        # output's centre; "origin" maps its top-left corner to the output's (official YOLOX 0.3.0)
+        self.affine_pivot = "centre"
         # box_candidates after every geometric transform: keep boxes wider and taller than
         # box_min_size px, keeping at least box_min_area_ratio of their area, aspect ratio below
         # box_max_aspect
@@ -141,6 +147,16 @@ class Exp(BaseExp):
         self.momentum = 0.9
         # clip the gradients' total L2 norm to this value before each step; None: no clipping (YOLOX)
         self.clip_grad_norm: float | None = None
+        # ---------------- fine-tuning (-c weights) ---------------- #
+        # parts that keep the weights they start from: "none", "backbone" (CSPDarknet) or "backbone+neck"
+        # (and PAFPN); their BatchNorm layers stay in eval mode, their statistics frozen too
+        self.freeze = "none"
+        # stop after this many evaluations in a row without a better best_metric (None: never)
+        self.patience: int | None = None
+        # -c weights whose BatchNorm was folded into the convolutions (identity statistics, as in weights
+        # rebuilt from an ONNX export) get their statistics re-estimated on training images first, so that
+        # training starts from the weights' function (models/folded_bn.py)
+        self.refit_folded_bn = True
         self.print_interval = 10
         self.eval_interval = 10
         self.save_history_ckpt = True
@@ -184,6 +200,8 @@ class Exp(BaseExp):
         """YOLOX with this exp's depth/width/act; BN eps/momentum and head biases as in YOLOX."""
         from yolox_fast.models import YOLOPAFPN, YOLOX, YOLOXHead
 
+        if self.num_classes is None:
+            raise ValueError("exp.num_classes is None (the dataset's count): resolve_num_classes() first")
         if getattr(self, "model", None) is None:
             in_channels = [256, 512, 1024]
             backbone = YOLOPAFPN(
@@ -206,6 +224,29 @@ class Exp(BaseExp):
             self.model.set_grad_checkpointing(True)
         self.model.train()
         return self.model
+
+    def resolve_num_classes(self, ckpt: str | None = None) -> None:
+        """num_classes None -> the number of the dataset's class names, else of the checkpoint's (a
+        checkpoint written by yolox_fast carries them): for an exp that adapts to the data it is given."""
+        if self.num_classes is not None:
+            return
+        try:
+            self.num_classes = len(self.get_class_names())
+            return
+        except (FileNotFoundError, ValueError) as err:
+            reason = err
+        if ckpt:
+            from yolox_fast.utils.checkpoint import load_checkpoint
+
+            names = load_checkpoint(ckpt).get("class_names")
+            if names:
+                self.num_classes = len(names)
+                return
+        raise ValueError(
+            f"exp.num_classes is None (as many as the dataset has), but the dataset cannot be read "
+            f"({reason}); "
+            "give num_classes N or a dataset"
+        )
 
     def get_class_names(self) -> tuple[str, ...]:
         """Class names: `self.class_names` if set, else the dataset's (see `data.build.dataset_config`)."""

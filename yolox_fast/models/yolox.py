@@ -8,6 +8,9 @@ from torch import nn
 from yolox_fast.models.head import YOLOXHead
 from yolox_fast.models.pafpn import YOLOPAFPN
 
+# the modules each `freeze` choice keeps fixed: the CSPDarknet, or the CSPDarknet and the PAFPN around it
+FREEZABLE = {"none": (), "backbone": ("backbone.backbone",), "backbone+neck": ("backbone",)}
+
 
 class YOLOX(nn.Module):
     """forward(x (N, 3, H, W) BGR 0-255, targets (N, M, 5) px): training -> loss dict
@@ -18,6 +21,25 @@ class YOLOX(nn.Module):
         super().__init__()
         self.backbone = backbone if backbone is not None else YOLOPAFPN()
         self.head = head if head is not None else YOLOXHead(80)
+        self._frozen: list[nn.Module] = []
+
+    def freeze(self, part: str) -> int:
+        """Keep `part` (a FREEZABLE key: "none", "backbone", "backbone+neck") at its current weights: no
+        gradients, and its BatchNorm layers in eval mode (their statistics frozen too) whatever `train()`
+        is asked. Returns the number of parameters left to train."""
+        if part not in FREEZABLE:
+            raise ValueError(f"freeze must be one of {sorted(FREEZABLE)}, got {part!r}")
+        self._frozen = [self.get_submodule(name) for name in FREEZABLE[part]]
+        for module in self._frozen:
+            module.requires_grad_(False)
+        self.train(self.training)
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def train(self, mode: bool = True) -> YOLOX:
+        super().train(mode)
+        for module in self._frozen:
+            module.eval()
+        return self
 
     def set_grad_checkpointing(self, enabled: bool = True) -> None:
         """Trade compute for memory: backbone stages and PAFPN CSP blocks are recomputed in backward.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 from loguru import logger
+from pycocotools.coco import COCO
 from torch.utils.data import Dataset
 
 from yolox_fast.data.augment import fitted_size, preproc, resize_keep_ratio
@@ -106,6 +109,46 @@ class BoxClipCounter:
         logger.warning(f"{split}: {'; '.join(parts)}: {action}")
 
 
+def records_to_coco(
+    records: Sequence[ImageRecord], class_ids: Sequence[int], class_names: Sequence[str], root: str
+) -> COCO:
+    """Records as an in-memory pycocotools COCO (no file written), so the COCO metric scores any format.
+
+    Boxes are scored as the annotation file gives them (`raw_gt`); a VOC "difficult" box becomes a crowd
+    box, which COCOeval ignores as the VOC devkit ignores difficult ones. `class_ids[i]` is the category
+    id of class index i; file names are relative to `root`.
+    """
+    images, annotations = [], []
+    for rec in records:
+        images.append(
+            {
+                "id": rec.img_id,
+                "file_name": os.path.relpath(rec.file, root),
+                "width": rec.width,
+                "height": rec.height,
+            }
+        )
+        boxes, classes, difficult = rec.raw_gt or (rec.boxes, rec.classes, rec.difficult)
+        for (x1, y1, x2, y2), cls, hard in zip(boxes.tolist(), classes.tolist(), difficult.tolist()):
+            w, h = x2 - x1, y2 - y1
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,  # pycocotools reads id 0 as "unmatched"
+                    "image_id": rec.img_id,
+                    "category_id": class_ids[cls],
+                    "bbox": [x1, y1, w, h],
+                    "area": w * h,
+                    "iscrowd": int(hard),
+                }
+            )
+    categories = [{"id": cid, "name": n} for cid, n in zip(class_ids, class_names)]
+    coco = COCO()
+    coco.dataset = {"images": images, "annotations": annotations, "categories": categories}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
+        coco.createIndex()
+    return coco
+
+
 def _fmt_box(box: np.ndarray) -> str:
     return "[" + ", ".join(f"{v:g}" for v in np.round(box.astype(np.float64), 2)) + "]"
 
@@ -149,6 +192,13 @@ class DetectionDataset(Dataset):
         if self.problems.collect:
             for file in missing:
                 self.problems.error("missing image", f"{self.split}: image file not found: {file}")
+        elif len(missing) == len(records) and len(records) > 1:
+            folders = sorted({os.path.dirname(f) for f in missing})
+            raise FileNotFoundError(
+                f"{self.split}: none of the {len(records)} images it names is in {', '.join(folders[:3])} "
+                f"(first: {os.path.basename(missing[0])}): are the images elsewhere, or the description's "
+                "images folder another?"
+            )
         elif not self.skip_corrupt:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
             raise FileNotFoundError(f"{self.split}: image file not found: {missing[0]}{more}")

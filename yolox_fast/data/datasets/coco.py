@@ -13,7 +13,7 @@ import numpy as np
 from loguru import logger
 from pycocotools.coco import COCO
 
-from yolox_fast.data.config import annotation_path
+from yolox_fast.data.config import annotation_path, trained_categories
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
 from yolox_fast.data.datasets.problems import DatasetProblems
 
@@ -48,7 +48,12 @@ class COCODataset(DetectionDataset):
         self.ann_path = ann_path
         self.coco = load_coco(ann_path)
         self.for_eval = for_eval
-        cats = sorted(self.coco.loadCats(self.coco.getCatIds()), key=lambda c: c["id"])
+        cats, dropped = trained_categories(self.coco.dataset)
+        if dropped:
+            logger.info(
+                f"{ann_path}: categories {[(c['id'], c['name']) for c in dropped]} are the supercategory of "
+                "the others and no annotation uses them (an export's dataset-level category): not trained"
+            )
         self.class_ids = [c["id"] for c in cats]
         if class_names is not None and len(class_names) != len(cats):
             raise ValueError(

@@ -1,34 +1,209 @@
-"""VOCDetection: Pascal VOC XML annotations with ImageSets splits; several years/splits at once."""
+"""VOCDetection: Pascal VOC XML annotations, one file per image, in the layouts people have them.
+
+A split of a VOC-format description (`root` is the dataset folder) is one of:
+
+    {"sets": [["2007", "trainval"], ["2012", "test"]]}   VOCdevkit: VOC<year>/ImageSets/Main/<set>.txt
+    {"list": "ImageSets/Main/train.txt"}     the images a text file names (stems or file names, one a line)
+    {"csv": "data/train_labels.csv"}         the images of a CSV's `filename` column (CSV box exports)
+    {}                                       every XML file of the annotations folder
+    {"val_ratio": 0.2, "split_seed": 0, "part": "val"}   a fixed share of them (see `ratio_split`)
+
+Outside VOCdevkit, a split (or the description's top level) may name its `images` and `annotations`
+folders, relative to root (default `JPEGImages` and `Annotations`; one folder for both is fine: LabelImg
+saves each XML beside its image). Relative list and CSV paths are relative to root. An image is found as
+the XML's <filename> in the images folder, else as `<xml stem>.<any image extension>` there (exports
+rename files and leave <filename> alone); LabelImg's <folder> and <path> name the labeller's machine and
+are not used.
+"""
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import os
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
+from loguru import logger
 
-from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
+from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord, records_to_coco
 from yolox_fast.data.datasets.problems import DatasetProblems
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+DEFAULT_IMAGES = "JPEGImages"
+DEFAULT_ANNOTATIONS = "Annotations"
+
+
+def ratio_split(stems: Sequence[str], val_ratio: float, seed: int) -> tuple[list[str], list[str]]:
+    """(train, val) stems: the round(val_ratio * N) stems of smallest sha1(f"{seed}:{stem}") are val.
+
+    A pure function of the names, so the same images are the validation set on every machine and in
+    every run; adding images moves none of the old ones from val to train except the few the new
+    ones outrank. Both lists keep the order of `stems`.
+    """
+    if not 0 < val_ratio < 1:
+        raise ValueError(f"val_ratio must be between 0 and 1 (exclusive), got {val_ratio}")
+    rank = sorted(stems, key=lambda s: hashlib.sha1(f"{seed}:{s}".encode()).hexdigest())
+    n_val = min(max(round(val_ratio * len(stems)), 1), len(stems) - 1) if len(stems) > 1 else 0
+    val = set(rank[:n_val])
+    return [s for s in stems if s not in val], [s for s in stems if s in val]
+
+
+def _entry_stem(entry: str) -> str:
+    """The image stem a list or CSV entry names: `a.jpg`, `dir/a.jpg`, `a.xml` and `a` all give `a`
+    (a bare `a.b` is the stem `a.b`: VOC lists hold stems, which may contain dots)."""
+    name = os.path.basename(entry.strip().replace("\\", "/"))
+    root, ext = os.path.splitext(name)
+    return root if ext.lower() in (*IMAGE_SUFFIXES, ".xml") else name
+
+
+def _read_list(path: str) -> list[str]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"VOC split list not found: {path}")
+    with open(path) as f:
+        stems = [_entry_stem(line.split()[0]) for line in f if line.strip()]
+    if not stems:
+        raise ValueError(f"VOC split list {path} lists no images (empty split)")
+    return list(dict.fromkeys(stems))
+
+
+def _read_csv(path: str) -> list[str]:
+    """The distinct images of a CSV's `filename` column (one row per box, as box CSV exports write)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"split CSV not found: {path}")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        columns = {c.strip().lower(): c for c in reader.fieldnames or []}
+        if "filename" not in columns:
+            raise ValueError(
+                f"split CSV {path} has no `filename` column (its header: {reader.fieldnames}); the split "
+                "needs one row per image or box naming the image"
+            )
+        stems = [_entry_stem(row[columns["filename"]]) for row in reader if row[columns["filename"]].strip()]
+    if not stems:
+        raise ValueError(f"split CSV {path} names no images (empty split)")
+    return list(dict.fromkeys(stems))
+
+
+def _xml_stems(folder: str) -> list[str]:
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"VOC annotation folder not found: {folder}")
+    stems = sorted(p.stem for p in Path(folder).iterdir() if p.suffix.lower() == ".xml" and p.is_file())
+    if not stems:
+        raise ValueError(f"VOC annotation folder {folder} holds no .xml files (empty split)")
+    return stems
+
+
+def split_folders(root: str, split: Mapping[str, Any]) -> tuple[str, str]:
+    """(images folder, annotations folder) of a non-VOCdevkit split, relative to root (default
+    JPEGImages and Annotations; `load_dataset_config` copies the description's top-level ones in)."""
+    images = split.get("images", DEFAULT_IMAGES)
+    annotations = split.get("annotations", DEFAULT_ANNOTATIONS)
+    return os.path.join(root, images), os.path.join(root, annotations)
+
+
+def split_entries(
+    root: str, split: Mapping[str, Any] | Sequence[Sequence[str]]
+) -> list[tuple[str, str, str]]:
+    """The (xml file, images folder, split label) of every image a split names, in order."""
+    if not isinstance(split, Mapping):
+        split = {"sets": split}
+    if "sets" in split:
+        entries = []
+        for year, name in split["sets"]:
+            year_dir = os.path.join(root, f"VOC{year}")
+            for stem in _read_list(os.path.join(year_dir, "ImageSets", "Main", f"{name}.txt")):
+                entries.append((os.path.join(year_dir, "Annotations", f"{stem}.xml"), year_dir, str(year)))
+        return [(xml, os.path.join(d, "JPEGImages"), year) for xml, d, year in entries]
+    images, annotations = split_folders(root, split)
+    if "list" in split:
+        stems = _read_list(os.path.join(root, split["list"]))
+    elif "csv" in split:
+        stems = _read_csv(os.path.join(root, split["csv"]))
+    else:
+        stems = _xml_stems(annotations)
+        if "val_ratio" in split:
+            train, val = ratio_split(stems, float(split["val_ratio"]), int(split.get("split_seed", 0)))
+            stems = val if split.get("part") == "val" else train
+    return [(os.path.join(annotations, f"{stem}.xml"), images, "") for stem in stems]
+
+
+def describe_split(split: Mapping[str, Any] | Sequence[Sequence[str]]) -> str:
+    """A split as its log lines name it: `VOC2007/trainval`, `list ImageSets/Main/train.txt`, ..."""
+    if not isinstance(split, Mapping):
+        split = {"sets": split}
+    if "sets" in split:
+        return ", ".join(f"VOC{y}/{s}" for y, s in split["sets"])
+    if "list" in split:
+        return f"list {split['list']}"
+    if "csv" in split:
+        return f"csv {split['csv']}"
+    where = split.get("annotations", DEFAULT_ANNOTATIONS)
+    if "val_ratio" in split:
+        return (
+            f"{split.get('part', 'train')} part of {where} (val_ratio {split['val_ratio']}, split_seed "
+            f"{split.get('split_seed', 0)})"
+        )
+    return f"every XML of {where}"
+
+
+def find_image(images_dir: str, file_name: str | None, stem: str) -> str | None:
+    """The image of an XML: `<images_dir>/<file_name>`, else `<images_dir>/<stem>.<ext>`; None if neither."""
+    if file_name:
+        direct = os.path.join(images_dir, file_name.strip().replace("\\", "/"))
+        if os.path.isfile(direct):
+            return direct
+        by_base = os.path.join(images_dir, os.path.basename(file_name.strip().replace("\\", "/")))
+        if os.path.isfile(by_base):
+            return by_base
+    for ext in IMAGE_SUFFIXES:
+        for candidate in (f"{stem}{ext}", f"{stem}{ext.upper()}"):
+            path = os.path.join(images_dir, candidate)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def xml_class_names(root: str, splits: Sequence[Mapping[str, Any] | Sequence[Sequence[str]]]) -> list[str]:
+    """The sorted object names of every XML the splits name (the class list of a set whose description
+    gives none). Unreadable files are skipped here: reading the split reports them."""
+    names: set[str] = set()
+    for split in splits:
+        for xml_path, _, _ in split_entries(root, split):
+            try:
+                tree = ET.parse(xml_path).getroot()
+            except (OSError, ET.ParseError):
+                continue
+            names.update((obj.findtext("name") or "").strip() for obj in tree.iter("object"))
+    names.discard("")
+    if not names:
+        raise ValueError(
+            f"no object names in the XML files under {root}: give class_names in the description"
+        )
+    return sorted(names)
 
 
 class VOCDetection(DetectionDataset):
-    """VOC-format detection set under `root` (a VOCdevkit folder holding VOC2007/, VOC2012/, ...).
+    """A VOC-XML split (see the module docstring for `split`); a list of (year, set) pairs is the
+    VOCdevkit form.
 
-    `sets` lists (year, split) pairs, e.g. [("2007", "trainval"), ("2012", "trainval")]; each reads
-    `VOC<year>/ImageSets/Main/<split>.txt`. Class names come from the dataset description; an object
+    Class names come from the dataset description (or the XML files, `xml_class_names`); an object
     whose name is not among them is an error naming the XML file. VOC boxes are 1-based inclusive
     pixel indices; records hold pixel-edge coordinates (x1 = xmin - 1, x2 = xmax). `img_id` is the
-    position in the dataset; `image_names[i]` = (year, file stem) for writing VOC results.
-    A missing or invalid XML file, an unknown class name or a malformed <bndbox> is an error naming
-    the file (with a collecting `problems` log: recorded, and the image or object left out).
+    position in the dataset; `image_names[i]` = (year, file stem) for writing VOC results. A missing
+    or invalid XML file, an XML whose image is not there, an unknown class name or a malformed
+    <bndbox> is an error naming the file (with a collecting `problems` log: recorded, and the image
+    or object left out). `.coco` and `.class_ids` (1..K) serve the COCO metric.
     """
 
     def __init__(
         self,
         root: str,
-        sets: Sequence[Sequence[str]],
+        split: Mapping[str, Any] | Sequence[Sequence[str]],
         class_names: Sequence[str],
         img_size: tuple[int, int] = (640, 640),
         name: str = "voc",
@@ -37,43 +212,44 @@ class VOCDetection(DetectionDataset):
         for_eval: bool = False,
     ) -> None:
         self.root = root
-        self.sets = [tuple(s) for s in sets]
         self.image_names: list[tuple[str, str]] = []
         self.for_eval = for_eval
-        split = ", ".join(f"VOC{y}/{s}" for y, s in self.sets)
+        self.class_ids = list(range(1, len(class_names) + 1))
+        label = describe_split(split)
         problems = problems if problems is not None else DatasetProblems()
-        records = self._records(class_names, problems)
+        records = self._records(split_entries(root, split), class_names, problems, label)
         super().__init__(
-            name, records, class_names, img_size, split=split, skip_corrupt=skip_corrupt, problems=problems
+            name, records, class_names, img_size, split=label, skip_corrupt=skip_corrupt, problems=problems
         )
 
-    def _records(self, class_names: Sequence[str], problems: DatasetProblems) -> list[ImageRecord]:
+    def _records(
+        self,
+        entries: list[tuple[str, str, str]],
+        class_names: Sequence[str],
+        problems: DatasetProblems,
+        label,
+    ) -> list[ImageRecord]:
         index = {n: i for i, n in enumerate(class_names)}
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
         records: list[ImageRecord] = []
-        for year, split in self.sets:
-            year_dir = os.path.join(self.root, f"VOC{year}")
-            list_file = os.path.join(year_dir, "ImageSets", "Main", f"{split}.txt")
-            if not os.path.isfile(list_file):
-                raise FileNotFoundError(f"VOC split list not found: {list_file}")
-            with open(list_file) as f:
-                stems = [line.split()[0] for line in f if line.strip()]
-            if not stems:
-                raise ValueError(f"VOC split {list_file} lists no images (empty split)")
-            for stem in stems:
-                rec = self._parse(year_dir, stem, len(records), index, clip, problems)
-                if rec is not None:
-                    records.append(rec)
-                    self.image_names.append((year, stem))
-        clip.report(", ".join(f"VOC{y}/{s}" for y, s in self.sets))
+        for xml_path, images_dir, year in entries:
+            rec = self._parse(xml_path, images_dir, len(records), index, clip, problems)
+            if rec is not None:
+                records.append(rec)
+                self.image_names.append((year, Path(xml_path).stem))
+        clip.report(label)
         return records
 
     @staticmethod
     def _parse(
-        year_dir: str, stem: str, img_id: int, index: dict, clip: BoxClipCounter, problems: DatasetProblems
+        xml_path: str,
+        images_dir: str,
+        img_id: int,
+        index: dict,
+        clip: BoxClipCounter,
+        problems: DatasetProblems,
     ) -> ImageRecord | None:
         """The record of one image, or None when its XML is unusable (collecting `problems` only)."""
-        xml_path = os.path.join(year_dir, "Annotations", f"{stem}.xml")
         if not os.path.isfile(xml_path):
             problems.error("missing annotation", f"VOC annotation not found: {xml_path}", FileNotFoundError)
             return None
@@ -82,16 +258,27 @@ class VOCDetection(DetectionDataset):
         except ET.ParseError as err:
             problems.error("malformed annotation", f"VOC annotation {xml_path} is not valid XML: {err}")
             return None
-        img_file = os.path.join(year_dir, "JPEGImages", tree.findtext("filename") or f"{stem}.jpg")
+        file_name = tree.findtext("filename")
+        img_file = find_image(images_dir, file_name, Path(xml_path).stem)
+        if img_file is None:
+            looked = os.path.join(images_dir, file_name or f"{Path(xml_path).stem}.jpg")
+            problems.error(
+                "missing image",
+                f"{xml_path} names the image {file_name!r}, which is not in {images_dir} (looked for "
+                f"{looked} and {Path(xml_path).stem}.* there)",
+                FileNotFoundError,
+            )
+            return None
         size = tree.find("size")
+        width = height = 0
         if size is not None and size.findtext("width"):
             width, height = int(float(size.findtext("width"))), int(float(size.findtext("height")))
-        else:  # some VOC-style exports omit <size>: read it from the image
+        if width <= 0 or height <= 0:  # some exports omit <size> or write 0: read it from the image
             img = cv2.imread(img_file)
             if img is None:
                 problems.error(
                     "unreadable image",
-                    f"{xml_path} has no <size> and its image cannot be read: {img_file}",
+                    f"{xml_path} has no usable <size> and its image cannot be read: {img_file}",
                     FileNotFoundError,
                 )
                 return None
@@ -133,3 +320,21 @@ class VOCDetection(DetectionDataset):
             difficult=difficult_np[keep],
             raw_gt=raw if changed else None,
         )
+
+    @property
+    def coco(self):
+        """The split's ground truth as an in-memory pycocotools COCO (difficult boxes as crowd: ignored)."""
+        if getattr(self, "_coco", None) is None:
+            self._coco = records_to_coco(self.records, self.class_ids, self.class_names, self.root)
+        return self._coco
+
+
+def log_ratio_split(name: str, root: str, split: Mapping[str, Any]) -> None:
+    """Say how a val_ratio split divided the annotated images (once, at the start of a run)."""
+    stems = _xml_stems(split_folders(root, split)[1])
+    train, val = ratio_split(stems, float(split["val_ratio"]), int(split.get("split_seed", 0)))
+    logger.info(
+        f"{name}: {len(stems)} annotated images split by val_ratio {split['val_ratio']} and split_seed "
+        f"{split.get('split_seed', 0)}: {len(train)} train, {len(val)} val (the same on every run; "
+        f"first val images: {', '.join(val[:3])})"
+    )

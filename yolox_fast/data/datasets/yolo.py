@@ -22,8 +22,6 @@ column count, a non-numeric or non-finite value, a class id outside 0..K-1, or a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 import os
 import shutil
@@ -41,7 +39,13 @@ from PIL import Image
 from pycocotools.coco import COCO
 
 from yolox_fast.data.config import data_dir
-from yolox_fast.data.datasets.base import BoxClipCounter, CorruptImageError, DetectionDataset, ImageRecord
+from yolox_fast.data.datasets.base import (
+    BoxClipCounter,
+    CorruptImageError,
+    DetectionDataset,
+    ImageRecord,
+    records_to_coco,
+)
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -397,35 +401,7 @@ class YOLODataset(DetectionDataset):
     @cached_property
     def coco(self) -> COCO:
         """The split's ground truth as a pycocotools COCO, built in memory (no file written)."""
-        images, annotations = [], []
-        for rec in self.records:
-            images.append(
-                {
-                    "id": rec.img_id,
-                    "file_name": os.path.relpath(rec.file, self.root),
-                    "width": rec.width,
-                    "height": rec.height,
-                }
-            )
-            boxes, classes, _ = rec.raw_gt or (rec.boxes, rec.classes, rec.difficult)  # scored as given
-            for (x1, y1, x2, y2), cls in zip(boxes.tolist(), classes.tolist()):
-                w, h = x2 - x1, y2 - y1
-                annotations.append(
-                    {
-                        "id": len(annotations) + 1,  # pycocotools reads id 0 as "unmatched"
-                        "image_id": rec.img_id,
-                        "category_id": self.class_ids[cls],
-                        "bbox": [x1, y1, w, h],
-                        "area": w * h,
-                        "iscrowd": 0,
-                    }
-                )
-        categories = [{"id": cid, "name": n} for cid, n in zip(self.class_ids, self.class_names)]
-        coco = COCO()
-        coco.dataset = {"images": images, "annotations": annotations, "categories": categories}
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
-            coco.createIndex()
-        return coco
+        return records_to_coco(self.records, self.class_ids, self.class_names, self.root)
 
 
 def val_image_dir(cfg: dict[str, Any]) -> str:

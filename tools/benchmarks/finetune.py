@@ -1,0 +1,424 @@
+"""Fine-tuning side by side with official YOLOX 0.3.0 on real photos: the same COCO-trained weights, the same
+labelled set, the same recipe and the same scorer (pycocotools) on both sides; AP50 and AP50:95 on the
+validation images after every evaluated epoch, per seed, then mean and range over the seeds.
+
+Run it with the reference python (it imports both; `tools/setup_yolox_reference.sh` makes it):
+
+    $(tools/setup_yolox_reference.sh) tools/benchmark.py finetune                # raccoon, nano, 3 seeds
+    ... finetune --data path/to/my_set --weights yolox_nano.pth --seeds 0     # any layout yolox_fast reads
+    ... finetune --example        # also: our example recipe against official's default, same minutes
+
+- Data (--data): a dataset folder or description in any layout yolox_fast reads; default the raccoon set
+  in ../shared/real/raccoon (LabelImg XML, the author's split in data/{train,test}_labels.csv). Official
+  reads COCO only, so the benchmark writes the same images (linked) and boxes (as yolox_fast reads them)
+  in its layout under --out; both sides train on the same boxes and score the same ground truth.
+- Weights (--weights): default the COCO-trained nano in ../shared/weights. Both sides load the file as
+  their `-c` does (the 80-class layer is skipped; it starts at the prior on both sides).
+- Rows. `official`: official's pieces in a plain loop, as its Trainer runs them (`yolox_official`).
+  `ours`: `tools/train.py -c WEIGHTS`, the recipe as exp overrides. When the weights' BatchNorm is folded
+  into the convolutions (identity statistics, as these are), yolox_fast re-estimates it before training
+  (exp.refit_folded_bn) and official does not; the row `official, refitted start` then trains official
+  from the weights after that refit (computed by yolox_fast's code on the same training images), which
+  separates the start from everything else.
+- Same on both sides: yolox-nano, batch, steps per epoch (the train set is cut to a multiple of the
+  batch: official counts ceil(N / batch), yolox_fast floor), input and test size, multi-scale off,
+  test_conf 0.01, nmsthre 0.65, loader workers, torch threads, the scorer. Not the same, by design
+  (README "Fidelity"): the affine pivot and box filter, the augmentation randomness.
+- --example: `exps/example/finetune_nano.py` (our recipe for a few hundred photos) against official's
+  yolox-nano exp as it ships (only the data and the class count changed) trained for the same minutes
+  of training as ours took, each seed; the two phases run one after the other at the same parallelism.
+
+Runs go --parallel at a time (default 2: two runs of one torch thread and one loader worker each fill the
+2-core development machine; AP does not depend on it, minutes do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from tabulate import tabulate
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+RACCOON = SHARED / "real" / "raccoon"
+WEIGHTS = SHARED / "weights" / "yolox_nano_coco.pth"
+EXAMPLE_EXP = REPO / "exps" / "example" / "finetune_nano.py"
+EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
+DONE_LINE = re.compile(r"training done in ([0-9.]+) min")
+
+
+def raccoon_description(out: Path) -> Path:
+    """The raccoon set as its author published it: LabelImg XML, the split in two CSV files."""
+    if not RACCOON.is_dir():
+        sys.exit(f"the default data {RACCOON} is not here: give --data (any dataset folder or description)")
+    path = out / "raccoon.json"
+    path.write_text(
+        json.dumps(
+            {
+                "name": "raccoon",
+                "format": "voc",
+                "root": str(RACCOON),
+                "images": "images",
+                "annotations": "annotations",
+                "train": {"csv": "data/train_labels.csv"},
+                "val": {"csv": "data/test_labels.csv"},
+            }
+        )
+    )
+    return path
+
+
+def read_set(data: str, batch: int):
+    """(class names, train records cut to a multiple of `batch`, val records) as yolox_fast reads them."""
+    from yolox_fast.data.build import build_eval_dataset, build_train_dataset
+    from yolox_fast.exp import Exp
+
+    exp = Exp()
+    exp.dataset = data
+    exp.num_classes = 10**6  # any count: the data's own names are what is read
+    train, val = build_train_dataset(exp), build_eval_dataset(exp)
+    keep = len(train.records) // batch * batch
+    return train.class_names, train.records[:keep], val.records
+
+
+def write_official_layout(root: Path, names: Sequence[str], train, val) -> None:
+    """`root/{train2017,val2017}/` (links to the images) and `root/annotations/instances_*.json`: the
+    boxes yolox_fast trains on, and the ground truth as the annotation files give it for val."""
+    for split, records, scored in (("train2017", train, False), ("val2017", val, True)):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        images, annotations = [], []
+        for k, rec in enumerate(records, 1):
+            name = f"{k:06d}{Path(rec.file).suffix.lower()}"
+            link = root / split / name
+            if not link.exists():
+                os.symlink(rec.file, link)
+            images.append({"id": k, "file_name": name, "width": rec.width, "height": rec.height})
+            boxes, classes, difficult = (rec.raw_gt if scored and rec.raw_gt else None) or (
+                rec.boxes,
+                rec.classes,
+                rec.difficult,
+            )
+            for (x1, y1, x2, y2), c, hard in zip(boxes.tolist(), classes.tolist(), difficult.tolist()):
+                annotations.append(
+                    {
+                        "id": len(annotations) + 1,
+                        "image_id": k,
+                        "category_id": int(c) + 1,
+                        "bbox": [x1, y1, x2 - x1, y2 - y1],
+                        "area": (x2 - x1) * (y2 - y1),
+                        "iscrowd": int(hard),
+                    }
+                )
+        categories = [{"id": i + 1, "name": n} for i, n in enumerate(names)]
+        (root / "annotations").mkdir(exist_ok=True)
+        (root / "annotations" / f"instances_{split}.json").write_text(
+            json.dumps({"images": images, "annotations": annotations, "categories": categories})
+        )
+
+
+def refitted_weights(weights: str, names, train, size: int, out: Path) -> Path | None:
+    """The weights after yolox_fast's folded-BN refit on the training images (as its trainer does it),
+    or None when their BatchNorm is not folded."""
+    import cv2
+    import torch
+
+    from yolox_fast.data.augment import preproc
+    from yolox_fast.exp.build import get_exp
+    from yolox_fast.models.folded_bn import has_folded_bn, refit_folded_bn
+    from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights
+
+    ckpt = load_checkpoint(weights)
+    exp = get_exp(None, "yolox-nano")
+    exp.num_classes = next(v.shape[0] for k, v in ckpt["model"].items() if k == "head.cls_preds.0.weight")
+    model = exp.get_model()
+    load_model_weights(model, ckpt, strict=True)
+    if not has_folded_bn(model):
+        return None
+    # the trainer's choice: 128 images spread over the set, letterboxed as for evaluation
+    picks = np.unique(np.linspace(0, len(train) - 1, min(128, len(train))).round().astype(int))
+    images = torch.from_numpy(np.stack([preproc(cv2.imread(train[i].file), (size, size))[0] for i in picks]))
+    refit_folded_bn(model, images.split(8))
+    path = out / "weights_refitted.pth"
+    torch.save({"model": model.state_dict()}, path)
+    return path
+
+
+def recipe(args, seed: int, num_classes: int) -> dict:
+    """The exp fields both sides get (official's attribute names are yolox_fast's)."""
+    size = (args.size, args.size)
+    return {
+        "num_classes": num_classes,
+        "input_size": size,
+        "test_size": size,
+        "multiscale_range": 0,
+        "random_size": (args.size // 32, args.size // 32),
+        "mosaic_prob": args.mosaic_prob,
+        "mosaic_scale": tuple(args.mosaic_scale),
+        "enable_mixup": False,
+        "degrees": 10.0,
+        "translate": 0.1,
+        "shear": 2.0,
+        "hsv_prob": 1.0,
+        "flip_prob": 0.5,
+        "warmup_epochs": args.warmup_epochs,
+        "warmup_lr": 0,
+        "no_aug_epochs": args.no_aug_epochs,
+        "max_epoch": args.epochs,
+        "basic_lr_per_img": args.basic_lr_per_img,
+        "min_lr_ratio": 0.05,
+        "eval_interval": args.eval_interval,
+        "data_num_workers": args.workers,
+        "seed": seed,
+        "test_conf": 0.01,
+        "nmsthre": 0.65,
+        "ema": True,
+    }
+
+
+# ------------------------------------------------------------------------------------------ one run each
+def official_job(spec: dict) -> dict:
+    """Run in a subprocess of its own (`--job`): official's loop on its layout, from spec["weights"]."""
+    import torch
+
+    from benchmarks.yolox_official import official_nano_exp, train_official
+
+    torch.set_num_threads(spec["threads"])
+    fields = {
+        **spec["fields"],
+        "data_dir": spec["data_dir"],
+        "train_ann": "instances_train2017.json",
+        "val_ann": "instances_val2017.json",
+        "print_interval": 10**6,
+    }
+    exp = official_nano_exp({k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    start = time.perf_counter()
+    epochs, info = train_official(
+        exp,
+        spec["batch"],
+        spec["seed"],
+        weights=spec["weights"],
+        time_limit=spec.get("time_limit"),
+        multiscale=spec.get("multiscale", False),
+    )
+    return {
+        "evals": {str(e["epoch"]): (e["ap50_95"], e["ap50"]) for e in epochs if "ap50" in e},
+        "train_seconds": sum(e["train_seconds"] for e in epochs),
+        "seconds": time.perf_counter() - start,
+        "iters_per_epoch": info["iters_per_epoch"],
+        "steps": info["steps"],
+    }
+
+
+def run_official(spec: dict, out: Path) -> dict:
+    job = out / f"{spec['name']}.job.json"
+    job.write_text(json.dumps(spec))
+    cmd = [sys.executable, str(REPO / "tools" / "benchmark.py"), "finetune", "--job", str(job)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "PYTHONPATH": str(REPO)}
+    with open(out / f"{spec['name']}.out", "w") as console:
+        proc = subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"official run failed ({proc.returncode}); see {out / (spec['name'] + '.out')}")
+    return json.loads((out / f"{spec['name']}.json").read_text())
+
+
+def run_ours(name: str, exp_args: list, overrides: dict, extra: Sequence[str], weights: str, threads: int,
+             out: Path) -> dict:  # fmt: skip
+    batch = overrides.pop("_batch")
+    opts = []
+    for key, value in overrides.items():
+        opts += [key, str(value).replace(" ", "")]
+    opts += ["output_dir", str(out / "ours"), "save_history_ckpt", "false", "save_eval_report", "false",
+             "coco_scorer", "pycocotools", *extra]  # fmt: skip
+    cmd = [sys.executable, str(REPO / "tools" / "train.py"), *exp_args, "-c", weights, "-b", str(batch),
+           "-expn", name, "-l", "none", *opts]  # fmt: skip
+    log = out / "ours" / name / "train_log.txt"
+    log.unlink(missing_ok=True)  # the log is appended across runs
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    with open(out / f"{name}.out", "w") as console:
+        proc = subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"yolox_fast training failed ({proc.returncode}); see {out / (name + '.out')}")
+    text = log.read_text()
+    done = DONE_LINE.search(text)
+    return {
+        "evals": {e: (float(a), float(b)) for e, a, b in EVAL_LINE.findall(text)},
+        "train_seconds": float(done.group(1)) * 60 if done else None,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+# ------------------------------------------------------------------------------------------ report
+def spread(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{np.mean(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def table(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
+    """Per evaluated epoch: AP50 and AP50:95 of each row, mean [min-max] over the seeds."""
+    epochs = sorted({int(e) for r in rows for s in seeds for e in results[r].get(s, {}).get("evals", {})})
+    body = []
+    for e in epochs:
+        line = [e]
+        for index in (1, 0):
+            for r in rows:
+                line.append(spread([results[r][s]["evals"][str(e)][index] for s in seeds
+                                    if str(e) in results[r].get(s, {}).get("evals", {})]))  # fmt: skip
+        body.append(line)
+    headers = ["epoch", *(f"{r} {m}" for m in ("AP50", "AP50:95") for r in rows)]
+    return tabulate(body, headers=headers, disable_numparse=True)
+
+
+def main(argv: Sequence[str]) -> None:
+    p = argparse.ArgumentParser(
+        prog="benchmark.py finetune",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--data", default=None, help="dataset folder or description (default: the raccoon set)")
+    p.add_argument("--weights", default=str(WEIGHTS), help="COCO-trained nano weights in official layout")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--size", type=int, default=416, help="training and test input side (a multiple of 32)")
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--warmup-epochs", type=int, default=1)
+    p.add_argument("--no-aug-epochs", type=int, default=2)
+    p.add_argument("--basic-lr-per-img", type=float, default=0.01 / 64)
+    p.add_argument("--mosaic-prob", type=float, default=1.0)
+    p.add_argument("--mosaic-scale", type=float, nargs=2, default=[0.5, 1.5])
+    p.add_argument("--eval-interval", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="data loader workers, each run")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, each run")
+    p.add_argument("--parallel", type=int, default=2, help="runs at a time")
+    p.add_argument("--rows", nargs="+", default=["official", "official-refitted", "ours"],
+                   choices=("official", "official-refitted", "ours"))  # fmt: skip
+    p.add_argument("--ours-opts", nargs="*", default=[], help="extra exp overrides for ours: KEY VALUE ...")
+    p.add_argument("--example", action="store_true", help="also our example recipe vs official's default")
+    p.add_argument("--out", default="YOLOX_outputs/finetune", help="data, logs and results.json go here")
+    p.add_argument("--job", help=argparse.SUPPRESS)  # internal: one official run, spec in this JSON file
+    args = p.parse_args(argv)
+    if args.job:
+        spec = json.loads(Path(args.job).read_text())
+        result = official_job(spec)
+        Path(args.job).with_name(f"{spec['name']}.json").write_text(json.dumps(result))
+        return
+    if args.size % 32:
+        p.error("--size must be a multiple of 32 (multi-scale is pinned to it)")
+    try:
+        import yolox
+    except ImportError:
+        sys.exit(
+            "official YOLOX is not importable: run this with the reference python, e.g.\n"
+            "  $(tools/setup_yolox_reference.sh) tools/benchmark.py finetune"
+        )
+    if yolox.__version__ != "0.3.0":
+        sys.exit(f"found YOLOX {yolox.__version__}, this compares with 0.3.0")
+    if not Path(args.weights).is_file():
+        sys.exit(f"weights not found: {args.weights} (give --weights)")
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    data = args.data or str(raccoon_description(out))
+    names, train, val = read_set(data, args.batch)
+    official_data = out / "official_data"
+    write_official_layout(official_data, names, train, val)
+    refitted = refitted_weights(args.weights, names, train, args.size, out)
+    rows = [r for r in args.rows if r != "official-refitted" or refitted is not None]
+    print(
+        f"finetune: {', '.join(rows)}; yolox-nano from {args.weights} on {data}: {len(train)} train / "
+        f"{len(val)} val images, {len(names)} classes ({', '.join(names[:5])}); input {args.size}, batch "
+        f"{args.batch}, {args.epochs} epochs (warmup {args.warmup_epochs}, no-aug {args.no_aug_epochs}), "
+        f"lr {args.basic_lr_per_img:.3g}/img, mosaic {args.mosaic_prob} {tuple(args.mosaic_scale)}, no "
+        f"mixup, seeds {args.seeds}; {args.parallel} runs at a time, {args.workers} worker and "
+        f"{args.threads} thread each" + (f"; ours with {args.ours_opts}" if args.ours_opts else ""),
+        flush=True,
+    )
+    if refitted is None:
+        print("the weights' BatchNorm is not folded: no refit on either side")
+    start = time.perf_counter()
+
+    def job(row: str, seed: int):
+        fields = recipe(args, seed, len(names))
+        if row == "ours":
+            ours_fields = {**fields, "_batch": args.batch, "dataset": data}
+            exp_args = ["-n", "yolox-nano"]
+            result = run_ours(
+                f"ours_s{seed}", exp_args, ours_fields, args.ours_opts, args.weights, args.threads, out
+            )
+            return row, seed, result
+        spec = {
+            "name": f"{row}_s{seed}",
+            "fields": fields,
+            "data_dir": str(official_data),
+            "batch": args.batch,
+            "seed": seed,
+            "weights": str(refitted) if row == "official-refitted" else args.weights,
+            "threads": args.threads,
+        }
+        return row, seed, run_official(spec, out)
+
+    results: dict = {r: {} for r in rows}
+    with ThreadPoolExecutor(args.parallel) as pool:
+        for row, seed, result in pool.map(lambda rs: job(*rs), [(r, s) for s in args.seeds for r in rows]):
+            results[row][seed] = result
+            last = max(result["evals"], key=int)
+            ap50_95, ap50 = result["evals"][last]
+            minutes = result["seconds"] / 60
+            print(
+                f"  {row} seed {seed}: epoch {last} AP50 {ap50:.4f} AP50:95 {ap50_95:.4f} ({minutes:.1f} min)"
+            )
+    print(f"\nsame recipe, mean [min-max] over seeds {' '.join(map(str, args.seeds))}")
+    print(table(results, rows, args.seeds))
+    if args.example:
+        results.update(example(args, data, names, official_data, out))
+    total = time.perf_counter() - start
+    print(f"\ntotal wall time {total / 60:.1f} min")
+    (out / "results.json").write_text(
+        json.dumps({"args": vars(args), "results": results, "seconds": total}, indent=1)
+    )
+    print(f"results: {out / 'results.json'}")
+
+
+def example(args, data: str, names, official_data: Path, out: Path) -> dict:
+    """Our example recipe, then official's default recipe for the same minutes of training, each seed."""
+
+    def ours(seed: int):
+        fields = {"_batch": args.batch, "dataset": data, "seed": seed, "data_num_workers": args.workers}
+        return seed, run_ours(f"example_s{seed}", ["-f", str(EXAMPLE_EXP)], fields, [], args.weights,
+                              args.threads, out)  # fmt: skip
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        ours_results = dict(pool.map(ours, args.seeds))
+
+    def official(seed: int):
+        limit = ours_results[seed]["train_seconds"]
+        fields = {"num_classes": len(names), "data_num_workers": args.workers, "seed": seed}
+        spec = {"name": f"official_default_s{seed}", "fields": fields, "data_dir": str(official_data),
+                "batch": args.batch, "seed": seed, "weights": args.weights, "threads": args.threads,
+                "time_limit": limit, "multiscale": True}  # fmt: skip
+        return seed, run_official(spec, out)
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        official_results = dict(pool.map(official, args.seeds))
+    body = []
+    for seed in args.seeds:
+        o, d = ours_results[seed], official_results[seed]
+        ol, dl = max(o["evals"], key=int), max(d["evals"], key=int)
+        body.append([seed, f"{o['train_seconds'] / 60:.1f}", ol, o["evals"][ol][1], o["evals"][ol][0],
+                     f"{d['train_seconds'] / 60:.1f}", dl, d["evals"][dl][1], d["evals"][dl][0]])  # fmt: skip
+    print("\nour example recipe (exps/example/finetune_nano.py) vs official's default recipe, same minutes")
+    print(tabulate(body, headers=["seed", "ours min", "epochs", "AP50", "AP50:95", "official min", "epochs",
+                                  "AP50", "AP50:95"], floatfmt=".4f"))  # fmt: skip
+    return {"example": ours_results, "official-default": official_results}
