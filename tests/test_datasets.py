@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import exp_for
 
 from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.base import CorruptImageError
@@ -21,7 +22,6 @@ from yolox_fast.data.datasets.synthetic import (
     render_image,
 )
 from yolox_fast.data.datasets.voc import VOCDetection
-from yolox_fast.exp import Exp
 
 
 def _coco(info, split="train", **kw):
@@ -35,15 +35,7 @@ def _voc(info, split="train", **kw):
 
 
 def _exp(info, **fields):
-    exp = Exp()
-    exp.dataset = info["config"]
-    exp.num_classes = 6
-    exp.input_size = exp.test_size = (128, 128)
-    exp.data_num_workers = 0
-    exp.seed = 0
-    for k, v in fields.items():
-        setattr(exp, k, v)
-    return exp
+    return exp_for(info["config"], **fields)
 
 
 def test_coco_and_voc_loaders_read_the_same_set(tiny_shapes_coco, tiny_shapes_voc):

@@ -483,7 +483,7 @@ def _trainer_with_scripted_evals(config, tmp_path, monkeypatch, best_metric, *fl
     values = iter(SCRIPTED)
     monkeypatch.setattr(exp, "eval", lambda *a, **k: (*next(values), "scripted"))
     trainer.before_train()
-    trainer._restore_signal_handlers()
+    trainer.stop_signal.restore()
     return trainer
 
 
@@ -500,7 +500,7 @@ def test_best_metric_picks_what_best_ckpt_keeps(
         if trainer.evaluate_and_save_model():
             improved.append(epoch + 1)
     assert improved == best_epochs
-    best = load_checkpoint(Path(trainer.file_name) / "best_ckpt.pth")
+    best = load_checkpoint(Path(trainer.run_dir) / "best_ckpt.pth")
     value = max(SCRIPTED[e - 1][0 if best_metric == "AP50_95" else 1] for e in best_epochs)
     assert (best["best_metric"], best["best_ap"], best["start_epoch"]) == (
         best_metric,
@@ -508,7 +508,7 @@ def test_best_metric_picks_what_best_ckpt_keeps(
         best_epochs[-1],
     )
     label = "AP50:95" if best_metric == "AP50_95" else "AP50"
-    assert f"(best {label} {value:.4f}" in (Path(trainer.file_name) / "train_log.txt").read_text()
+    assert f"(best {label} {value:.4f}" in (Path(trainer.run_dir) / "train_log.txt").read_text()
 
 
 def test_resume_with_another_best_metric_starts_the_best_afresh(tiny_shapes_coco, tmp_path, monkeypatch):
@@ -517,12 +517,12 @@ def test_resume_with_another_best_metric_starts_the_best_afresh(tiny_shapes_coco
     trainer.evaluate_and_save_model()
     trainer.save_ckpt("latest", start_epoch=1, it=0)
     same = _trainer_with_scripted_evals(tiny_shapes_coco["config"], tmp_path, monkeypatch, "AP50", "--resume")
-    assert same.best_ap == 0.50
+    assert same.best_score == 0.50
     other = _trainer_with_scripted_evals(
         tiny_shapes_coco["config"], tmp_path, monkeypatch, "AP50_95", "--resume"
     )
-    assert other.best_ap == float("-inf")
-    log = (Path(other.file_name) / "train_log.txt").read_text()
+    assert other.best_score == float("-inf")
+    log = (Path(other.run_dir) / "train_log.txt").read_text()
     assert "best value 0.5000 is AP50, but exp.best_metric is AP50_95" in log
 
 

@@ -285,6 +285,7 @@ def test_demo_on_a_file_that_is_not_a_video_says_so(tmp_path):
 
 
 def test_a_refused_cache_is_reported_as_not_used_and_leaves_no_lock(tiny_shapes_coco, tmp_path, monkeypatch):
+    from yolox_fast.core import reporting
     from yolox_fast.core.trainer import Trainer
     from yolox_fast.data import cache as cache_mod
     from yolox_fast.exp import get_exp
@@ -304,5 +305,6 @@ def test_a_refused_cache_is_reported_as_not_used_and_leaves_no_lock(tiny_shapes_
     exp.merge(args.opts)
     trainer = Trainer(exp, args)
     trainer.before_train()
-    assert trainer._cache_summary().startswith("ram asked for, NOT used")
+    summary = reporting.cache_summary(args.cache, trainer.train_loader.images.cache)
+    assert summary.startswith("ram asked for, NOT used")
     assert list(shm.iterdir()) == []

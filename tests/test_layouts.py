@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import exp_for
 
 from yolox_fast.data.build import build_eval_dataset, build_train_dataset, dataset_config
 from yolox_fast.data.config import load_dataset_config
@@ -19,22 +20,9 @@ from yolox_fast.data.datasets.synthetic import SHAPE_NAMES
 from yolox_fast.data.datasets.voc import VOCDetection, ratio_split
 from yolox_fast.evaluators.coco import COCOEvaluator
 from yolox_fast.evaluators.voc import VOCEvaluator
-from yolox_fast.exp import Exp
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
-
-
-def _exp(dataset: str, **fields) -> Exp:
-    exp = Exp()
-    exp.dataset = dataset
-    exp.num_classes = 6
-    exp.input_size = exp.test_size = (128, 128)
-    exp.data_num_workers = 0
-    exp.seed = 0
-    for k, v in fields.items():
-        setattr(exp, k, v)
-    return exp
 
 
 def _boxes(dataset) -> dict[str, list]:
@@ -117,7 +105,7 @@ def test_a_voc_folder_of_any_name_reads_as_the_vocdevkit_form(tiny_shapes_voc, t
 
 def test_labelimg_output_is_split_by_val_ratio_the_same_way_every_time(tiny_shapes_voc, tmp_path, log_lines):
     root = labelimg_folder(tiny_shapes_voc, tmp_path / "my_set")
-    exp = _exp(str(root))  # the folder itself: XML files and images, no split lists
+    exp = exp_for(str(root))  # the folder itself: XML files and images, no split lists
     train, val = build_train_dataset(exp), build_eval_dataset(exp)
     names_train, names_val = set(_boxes(train)), set(_boxes(val))
     total = tiny_shapes_voc["num_train"] + tiny_shapes_voc["num_val"]
@@ -128,7 +116,7 @@ def test_labelimg_output_is_split_by_val_ratio_the_same_way_every_time(tiny_shap
         for m in log_lines
     )
     # the same images are the validation set in another process, on another day: a pure function of names
-    again = build_eval_dataset(_exp(str(root)))
+    again = build_eval_dataset(exp_for(str(root)))
     assert set(_boxes(again)) == names_val
     # and adding images keeps every old validation image there but those the new ones outrank
     stems = [Path(n).stem for n in sorted(names_train | names_val)]
@@ -162,7 +150,7 @@ def test_labelimg_output_split_by_a_csv_or_a_list(tiny_shapes_voc, tmp_path):
             }
         )
     )
-    exp = _exp(str(desc))
+    exp = exp_for(str(desc))
     assert sorted(_boxes(build_eval_dataset(exp))) == files[:5]
     assert sorted(_boxes(build_train_dataset(exp))) == files[5:]
 
@@ -175,14 +163,14 @@ def test_roboflow_coco_export_without_its_unused_supercategory(tiny_shapes_coco,
     assert train.class_names == tuple(SHAPE_NAMES) and train.class_ids == [1, 2, 3, 4, 5, 6]
     assert len(train) == tiny_shapes_coco["num_train"]
     assert any("(0, 'shapes-xyz')" in m and "not trained" in m for m in log_lines)
-    exp = _exp(str(root))
+    exp = exp_for(str(root))
     assert len(build_eval_dataset(exp)) == tiny_shapes_coco["num_val"]
     assert isinstance(exp.get_evaluator(2, False), COCOEvaluator)
 
 
 def test_roboflow_voc_export(tiny_shapes_voc, tmp_path):
     root = roboflow_voc(tiny_shapes_voc, tmp_path / "export")
-    exp = _exp(str(root))
+    exp = exp_for(str(root))
     assert len(build_train_dataset(exp)) == tiny_shapes_voc["num_train"]
     assert _boxes(build_eval_dataset(exp)) == _boxes(_voc_devkit(tiny_shapes_voc, "val"))
 
@@ -191,8 +179,8 @@ def test_xml_sets_are_scored_with_the_coco_metric_vocdevkit_with_its_own(tiny_sh
     root = labelimg_folder(tiny_shapes_voc, tmp_path / "mine")
     xml = next((root / "annotations").glob("val_*.xml"))
     xml.write_text(xml.read_text().replace("<difficult>0</difficult>", "<difficult>1</difficult>", 1))
-    assert isinstance(_exp(tiny_shapes_voc["config"]).get_evaluator(2, False), VOCEvaluator)
-    evaluator = _exp(str(root)).get_evaluator(2, False)
+    assert isinstance(exp_for(tiny_shapes_voc["config"]).get_evaluator(2, False), VOCEvaluator)
+    evaluator = exp_for(str(root)).get_evaluator(2, False)
     assert isinstance(evaluator, COCOEvaluator)
     coco = evaluator.dataloader.dataset.coco
     boxes = sum(len(r.boxes) for r in evaluator.dataloader.dataset.records)
@@ -206,7 +194,7 @@ def test_xml_sets_are_scored_with_the_coco_metric_vocdevkit_with_its_own(tiny_sh
 def test_data_dir_on_a_voc_description_takes_the_sets_own_class_names(tiny_shapes_voc, tmp_path):
     root = tmp_path / "VOCdevkit"
     shutil.copytree(tiny_shapes_voc["root"], root)
-    exp = _exp("voc", data_dir=str(root))
+    exp = exp_for("voc", data_dir=str(root))
     exp.dataset = tiny_shapes_voc["config"]
     cfg = dataset_config(exp)
     assert cfg["class_names"] == sorted(SHAPE_NAMES) and cfg["root"] == str(root)
@@ -219,7 +207,7 @@ def test_an_xml_naming_a_missing_image_names_both(tiny_shapes_voc, tmp_path):
     with pytest.raises(
         FileNotFoundError, match=r"train_000003.xml names the image 'train_000003.jpg'.*images"
     ):
-        build_train_dataset(_exp(str(root), class_names=tuple(SHAPE_NAMES)))
+        build_train_dataset(exp_for(str(root), class_names=tuple(SHAPE_NAMES)))
 
 
 def test_an_unknown_class_name_names_the_file(tiny_shapes_voc, tmp_path):
@@ -227,7 +215,7 @@ def test_an_unknown_class_name_names_the_file(tiny_shapes_voc, tmp_path):
     xml = root / "Annotations" / "train_000001.xml"
     xml.write_text(xml.read_text().replace("<name>", "<name>hexagon_", 1))
     with pytest.raises(ValueError, match=r"train_000001.xml: object #0 has class 'hexagon_"):
-        build_train_dataset(_exp(str(root), class_names=tuple(SHAPE_NAMES)))
+        build_train_dataset(exp_for(str(root), class_names=tuple(SHAPE_NAMES)))
 
 
 def test_a_box_with_no_area_is_named_when_dropped(tiny_shapes_voc, tmp_path, log_lines):
@@ -238,7 +226,7 @@ def test_a_box_with_no_area_is_named_when_dropped(tiny_shapes_voc, tmp_path, log
     xml.write_text(
         text.replace(f"<xmax>{text.split('<xmax>')[1].split('<')[0]}<", f"<xmax>{int(xmin) - 1}<", 1)
     )
-    build_train_dataset(_exp(str(root), class_names=tuple(SHAPE_NAMES)))
+    build_train_dataset(exp_for(str(root), class_names=tuple(SHAPE_NAMES)))
     assert any("no area" in m and "train_000002.xml object #0" in m for m in log_lines)
 
 
@@ -247,7 +235,7 @@ def test_a_coco_export_whose_images_are_elsewhere_says_where_it_looked(tiny_shap
     for image in (root / "train").glob("*.jpg"):
         image.rename(tmp_path / image.name)
     with pytest.raises(FileNotFoundError, match=r"none of the \d+ images .* is in .*export/train"):
-        build_train_dataset(_exp(str(root)))
+        build_train_dataset(exp_for(str(root)))
 
 
 def test_a_folder_of_no_known_layout_says_what_was_looked_for(tmp_path):

@@ -172,8 +172,7 @@ def test_training_forward_hands_decoded_fp32_boxes_to_yolox_loss():
 
     model = build("nano", num_classes=3).train()
     model.head.loss_fn = fake_loss
-    model.head.use_l1 = True
-    model.head.topk = 7
+    model.enable_l1_loss()
     labels = torch.zeros(2, 4, 5)
     labels[0, 0] = torch.tensor([1, 30, 30, 20, 10])
     model(torch.rand(2, 3, 64, 96) * 255, labels)["total_loss"].backward()
@@ -183,13 +182,7 @@ def test_training_forward_hands_decoded_fp32_boxes_to_yolox_loss():
     assert calls["obj"].shape == (2, a, 1) and calls["cls"].shape == (2, a, 3)
     assert calls["grids"].shape == (a, 2) and calls["strides"].shape == (a,)
     assert calls["labels"] is labels
-    assert calls["kwargs"] == {
-        "use_l1": True,
-        "center_radius": 2.5,
-        "box_prior": True,
-        "topk": 7,
-        "max_bytes": None,
-    }
+    assert calls["kwargs"] == {"use_l1": True}  # the SimOTA settings belong to the loss function
     # stride-8 level: 8 x 12 cells, row-major, grid = (x, y)
     assert calls["grids"][13].tolist() == [1.0, 1.0] and calls["strides"][:96].eq(8).all()
     assert calls["grids"][96].tolist() == [0.0, 0.0] and calls["strides"][96] == 16
@@ -198,6 +191,18 @@ def test_training_forward_hands_decoded_fp32_boxes_to_yolox_loss():
     torch.testing.assert_close(calls["pred_boxes"][..., :2], expected_xy)
     torch.testing.assert_close(calls["pred_boxes"][..., 2:], raw[..., 2:].exp() * calls["strides"][:, None])
     assert model.head.cls_preds[0].weight.grad is not None
+
+
+def test_the_exps_simota_settings_are_the_heads_loss_function():
+    from yolox_fast.exp import Exp
+    from yolox_fast.models.losses import YOLOXLoss
+
+    exp = Exp()
+    exp.depth, exp.width, exp.num_classes = 0.33, 0.25, 3
+    exp.merge(["simota_box_prior", "false", "simota_center_radius", "1.5", "simota_topk", "7"])
+    exp.simota_max_bytes = 2**20
+    loss = exp.get_model().head.loss_fn
+    assert loss == YOLOXLoss(center_radius=1.5, box_prior=False, topk=7, max_bytes=2**20)
 
 
 def test_training_forward_without_labels_is_an_error():

@@ -294,7 +294,7 @@ def test_signal_during_eval_saves_the_finished_epoch_not_a_step_to_repeat(
     trainer = Trainer(exp, args)
 
     def eval_after_ctrl_c(*_args, **_kwargs):
-        trainer._stop_signum = signal.SIGINT
+        trainer.stop_signal.signum = signal.SIGINT
         raise RuntimeError("DataLoader worker exited unexpectedly")
 
     monkeypatch.setattr(exp, "eval", eval_after_ctrl_c)
@@ -310,14 +310,14 @@ def test_after_a_torchrun_restart_the_newest_checkpoint_wins_over_c(tiny_shapes_
     exp = get_exp(args.exp_file)
     exp.merge(args.opts)
     trainer = Trainer(exp, args)
-    latest = Path(trainer.file_name) / "latest_ckpt.pth"
+    latest = Path(trainer.run_dir) / "latest_ckpt.pth"
     latest.parent.mkdir(parents=True, exist_ok=True)
     latest.write_bytes(b"")
     (tmp_path / "old.pth").write_bytes(b"")
 
     def resume_path():
         return resume_checkpoint_path(
-            trainer.file_name,
+            trainer.run_dir,
             args.resume,
             args.ckpt,
             args.auto_resume,

@@ -17,6 +17,7 @@ from loguru import logger
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, run_on_images, run_on_stream, timestamped_dir
 from yolox_fast.data.build import prepare_dataset
+from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
 from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.utils.amp import amp_dtype
@@ -65,8 +66,11 @@ def default_image_dir(exp) -> str:
     cfg = prepare_dataset(exp)
     if cfg["format"] == "yolo":
         return val_image_dir(cfg)
-    if cfg["format"] != "coco":
-        raise SystemExit("give --path: the default sample is the validation folder of a COCO or YOLO dataset")
+    if cfg["format"] == "voc":
+        val = cfg["val"]
+        if "sets" in val:
+            return str(Path(cfg["root"]) / f"VOC{val['sets'][0][0]}" / "JPEGImages")
+        return split_folders(cfg["root"], val)[0]
     return str(Path(cfg["root"]) / cfg["val"]["images"])
 
 

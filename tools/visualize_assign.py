@@ -23,9 +23,9 @@ import torch
 from loguru import logger
 
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
-from yolox_fast.models.losses import yolox_loss
 from yolox_fast.models.simota import SimOTAResult, simota_assign
 from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, model_state_dict
+from yolox_fast.utils.visualize import class_name, draw_boxes
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -47,14 +47,14 @@ def gt_color(index: int) -> tuple:
     return int(255 * b), int(255 * g), int(255 * r)
 
 
-def recording_loss(captured: dict[str, object]):
-    """A head `loss_fn` that records its arguments in `captured`, then computes the YOLOX loss."""
+def recording_loss(captured: dict[str, object], loss):
+    """A head `loss_fn` that records its arguments in `captured`, then computes the head's `loss`."""
     names = ("pred_boxes", "obj_logits", "cls_logits", "raw_reg", "grids", "strides", "labels")
 
     def loss_fn(*args, **kwargs):
         captured.update(zip(names, args))
         captured.update(kwargs)
-        return yolox_loss(*args, **kwargs)
+        return loss(*args, **kwargs)
 
     return loss_fn
 
@@ -63,7 +63,8 @@ def assign_batch(model: torch.nn.Module, imgs: torch.Tensor, targets: torch.Tens
     """Run the model in train mode on the batch; return the captured loss inputs and their assignment."""
     seen: dict[str, object] = {}
     head = model.head
-    head.loss_fn, real = recording_loss(seen), head.loss_fn
+    real = head.loss_fn
+    head.loss_fn = recording_loss(seen, real)
     model.train()
     try:
         with torch.no_grad():
@@ -81,10 +82,10 @@ def assign_batch(model: torch.nn.Module, imgs: torch.Tensor, targets: torch.Tens
         labels[..., 1:5],
         labels[..., 0].long(),
         labels.sum(-1) > 0,
-        center_radius=seen["center_radius"],
-        box_prior=seen["box_prior"],
-        topk=seen.get("topk", 10),
-        max_bytes=seen.get("max_bytes"),
+        center_radius=real.center_radius,
+        box_prior=real.box_prior,
+        topk=real.topk,
+        max_bytes=real.max_bytes,
     )
     return anchor_points, seen["strides"], result
 
@@ -104,28 +105,19 @@ def draw_assignment(
     anchor_points (A, 2) px, strides (A,)) in the GT's colour."""
     out = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
     anchor_points = anchor_points * scale
-    for g, (cls, cx, cy, w, h) in enumerate(labels):
-        if cls + cx + cy + w + h <= 0:
-            continue
+    valid = [g for g, row in enumerate(labels) if row.sum() > 0]
+    boxes, texts, colors = [], [], []
+    for g in valid:
+        cls, cx, cy, w, h = labels[g]
         cx, cy, w, h = cx * scale, cy * scale, w * scale, h * scale
-        color = gt_color(g)
-        p1 = (round(cx - w / 2), round(cy - h / 2))
-        cv2.rectangle(out, p1, (round(cx + w / 2), round(cy + h / 2)), color, 1)
         mine = fg & (matched == g)
         for (x, y), s in zip(anchor_points[mine], strides[mine]):
             radius = max(2, round(scale * s / 5))
-            cv2.circle(out, (round(x), round(y)), radius, color, -1, cv2.LINE_AA)
-        name = class_names[int(cls)] if 0 <= int(cls) < len(class_names) else str(int(cls))
-        cv2.putText(
-            out,
-            f"{name} k={int(mine.sum())}",
-            (p1[0], max(10, p1[1] - 3)),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.35,
-            color,
-            1,
-            cv2.LINE_AA,
-        )
+            cv2.circle(out, (round(x), round(y)), radius, gt_color(g), -1, cv2.LINE_AA)
+        boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+        texts.append(f"{class_name(class_names, int(cls))} k={int(mine.sum())}")
+        colors.append(gt_color(g))
+    out = draw_boxes(out, np.array(boxes).reshape(-1, 4), texts, colors, thickness=1)
     return out
 
 

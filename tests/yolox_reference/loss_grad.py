@@ -11,6 +11,7 @@ Also: whether both build the same initial weights under the same torch seed, and
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import common
 import torch
@@ -111,7 +112,7 @@ def collect(argv: list[str] | None = None) -> dict:
     )
     ours.load_state_dict(official.state_dict())
     ours_later = copy.deepcopy(ours)  # the later YOLOX SimOTA rule, an exp switch here
-    ours_later.head.box_prior, ours_later.head.center_radius = False, 1.5
+    ours_later.head.loss_fn = dataclasses.replace(ours_later.head.loss_fn, box_prior=False, center_radius=1.5)
     models = {"official": official, "ours": ours, "ours_later_rule": ours_later}
 
     imgs, targets = batch(torch.Generator().manual_seed(0))

@@ -57,7 +57,7 @@ SIZE = (32, 32)  # the smallest size multi-scale code (units of 32 px) maps to i
 
 
 class TinyNet(nn.Module):
-    """A 1x1 conv + BN with a `head.use_l1` switch; forward returns a YOLOX loss dict."""
+    """A 1x1 conv + BN with a `head.use_l1` switch (`enable_l1_loss`); forward returns a YOLOX loss dict."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,9 +65,12 @@ class TinyNet(nn.Module):
         self.conv = nn.Conv2d(3, 4, 1)
         self.bn = nn.BatchNorm2d(4)
         self.head = nn.Module()
-        self.head.use_l1 = False
+        self.head.use_l1 = False  # official's trainer sets it
         self.stop_at_forward = None  # (count, callback): call back at that forward (mid-epoch stop)
         self.forwards = 0
+
+    def enable_l1_loss(self) -> None:  # yolox_fast's trainer calls it
+        self.head.use_l1 = True
 
     def forward(self, x, targets=None):
         self.forwards += 1
@@ -93,6 +96,7 @@ class FakeLoader:
         self.mosaic = mosaic
         self.events = events
         self.dataset = argparse.Namespace(class_names=("a",))
+        self.images = argparse.Namespace(class_names=("a",), cache=None)
         gen = torch.Generator().manual_seed(1)
         self.batch = (torch.rand(BATCH, 3, *SIZE, generator=gen) * 255, torch.zeros(BATCH, 120, 5))
 
@@ -254,7 +258,10 @@ def ours_run(cfg: dict, out: Path, rec: Recorder, resume: bool, epochs: range | 
         trainer.optimizer, lambda: trainer.model, lambda: trainer.train_loader, lambda: trainer.ema_model
     )
     if stop_at is not None:
-        trainer.model.stop_at_forward = (stop_at, lambda: setattr(trainer, "_stop_signum", signal.SIGINT))
+        trainer.model.stop_at_forward = (
+            stop_at,
+            lambda: setattr(trainer.stop_signal, "signum", signal.SIGINT),
+        )
     try:
         for epoch in epochs if epochs is not None else range(trainer.start_epoch, trainer.max_epoch):
             trainer.epoch = epoch  # yolox_fast's Trainer.train, without after_train (demo image)
@@ -264,7 +271,7 @@ def ours_run(cfg: dict, out: Path, rec: Recorder, resume: bool, epochs: range | 
     except TrainingStopped:
         rec.events.append(("stopped_after_step", len(rec.steps)))
     finally:
-        trainer._restore_signal_handlers()
+        trainer.stop_signal.restore()
     return trainer
 
 

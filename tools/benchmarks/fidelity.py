@@ -46,6 +46,7 @@ import numpy as np
 from tabulate import tabulate
 
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
@@ -249,15 +250,7 @@ def main(argv: Sequence[str]) -> None:
     if args.size % 32:
         p.error("--size must be a multiple of 32 (multi-scale is pinned to it)")
     if "official" in args.sides:
-        try:
-            import yolox
-        except ImportError:
-            sys.exit(
-                "official YOLOX is not importable: run this with the reference python, e.g.\n"
-                "  $(tools/setup_yolox_reference.sh) tools/benchmark.py fidelity"
-            )
-        if yolox.__version__ != "0.3.0":
-            sys.exit(f"found YOLOX {yolox.__version__}, this compares with 0.3.0")
+        require_official_yolox("fidelity")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     root = out / f"data_{args.num_train}_{args.num_val}_{args.image_size}"

@@ -48,6 +48,10 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from benchmarks.fidelity import recipe as fidelity_recipe
+from benchmarks.fidelity import spread
+from benchmarks.yolox_official import require_official_yolox
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 RACCOON = SHARED / "real" / "raccoon"
@@ -154,35 +158,8 @@ def refitted_weights(weights: str, names, train, size: int, out: Path) -> Path |
 
 
 def recipe(args, seed: int, num_classes: int) -> dict:
-    """The exp fields both sides get (official's attribute names are yolox_fast's)."""
-    size = (args.size, args.size)
-    return {
-        "num_classes": num_classes,
-        "input_size": size,
-        "test_size": size,
-        "multiscale_range": 0,
-        "random_size": (args.size // 32, args.size // 32),
-        "mosaic_prob": args.mosaic_prob,
-        "mosaic_scale": tuple(args.mosaic_scale),
-        "enable_mixup": False,
-        "degrees": 10.0,
-        "translate": 0.1,
-        "shear": 2.0,
-        "hsv_prob": 1.0,
-        "flip_prob": 0.5,
-        "warmup_epochs": args.warmup_epochs,
-        "warmup_lr": 0,
-        "no_aug_epochs": args.no_aug_epochs,
-        "max_epoch": args.epochs,
-        "basic_lr_per_img": args.basic_lr_per_img,
-        "min_lr_ratio": 0.05,
-        "eval_interval": args.eval_interval,
-        "data_num_workers": args.workers,
-        "seed": seed,
-        "test_conf": 0.01,
-        "nmsthre": 0.65,
-        "ema": True,
-    }
+    """The exp fields both sides get: the fidelity benchmark's recipe, with the data's class count."""
+    return {**fidelity_recipe(args, seed), "num_classes": num_classes}
 
 
 # ------------------------------------------------------------------------------------------ one run each
@@ -259,14 +236,6 @@ def run_ours(name: str, exp_args: list, overrides: dict, extra: Sequence[str], w
 
 
 # ------------------------------------------------------------------------------------------ report
-def spread(values: Sequence[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{np.mean(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
-
-
 def table(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
     """Per evaluated epoch: AP50 and AP50:95 of each row, mean [min-max] over the seeds."""
     epochs = sorted({int(e) for r in rows for s in seeds for e in results[r].get(s, {}).get("evals", {})})
@@ -297,6 +266,10 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--no-aug-epochs", type=int, default=2)
     p.add_argument("--basic-lr-per-img", type=float, default=0.01 / 64)
+    p.add_argument("--min-lr-ratio", type=float, default=0.05)
+    p.add_argument("--degrees", type=float, default=10.0)
+    p.add_argument("--translate", type=float, default=0.1)
+    p.add_argument("--shear", type=float, default=2.0)
     p.add_argument("--mosaic-prob", type=float, default=1.0)
     p.add_argument("--mosaic-scale", type=float, nargs=2, default=[0.5, 1.5])
     p.add_argument("--eval-interval", type=int, default=1)
@@ -317,15 +290,7 @@ def main(argv: Sequence[str]) -> None:
         return
     if args.size % 32:
         p.error("--size must be a multiple of 32 (multi-scale is pinned to it)")
-    try:
-        import yolox
-    except ImportError:
-        sys.exit(
-            "official YOLOX is not importable: run this with the reference python, e.g.\n"
-            "  $(tools/setup_yolox_reference.sh) tools/benchmark.py finetune"
-        )
-    if yolox.__version__ != "0.3.0":
-        sys.exit(f"found YOLOX {yolox.__version__}, this compares with 0.3.0")
+    require_official_yolox("finetune")
     if not Path(args.weights).is_file():
         sys.exit(f"weights not found: {args.weights} (give --weights)")
     out = Path(args.out).resolve()

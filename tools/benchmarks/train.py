@@ -11,6 +11,7 @@ out so that the figures isolate what the assigner changes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
@@ -18,7 +19,7 @@ from tabulate import tabulate
 
 from benchmarks.simota import CpuPeak, peak_bytes
 from yolox_fast.exp import get_exp
-from yolox_fast.models.losses import yolox_loss
+from yolox_fast.models.losses import YOLOXLoss
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
@@ -26,14 +27,15 @@ from yolox_fast.utils import amp
 ASSIGNERS = {"batched": simota_assign, "reference": simota_assign_reference}
 
 
-def timed_loss(assigner, loss_seconds: list, sync):
-    """A head `loss_fn`: the YOLOX loss with `assigner`, appending the wall time of each call
+def timed_loss(loss: YOLOXLoss, assigner, loss_seconds: list, sync):
+    """A head `loss_fn`: the head's `loss` with `assigner`, appending the wall time of each call
     (assignment + loss forward) to `loss_seconds`."""
+    with_assigner = dataclasses.replace(loss, assigner=assigner)
 
     def loss_fn(*args, **kwargs):
         sync()
         t0 = time.perf_counter()
-        out = yolox_loss(*args, assigner=assigner, **kwargs)
+        out = with_assigner(*args, **kwargs)
         sync()
         loss_seconds.append(time.perf_counter() - t0)
         return out
@@ -98,7 +100,7 @@ def measure(
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     loss_seconds: list[float] = []
-    model.head.loss_fn = timed_loss(ASSIGNERS[which], loss_seconds, sync)
+    model.head.loss_fn = timed_loss(model.head.loss_fn, ASSIGNERS[which], loss_seconds, sync)
     for _ in range(args.warmup):
         step()
     sync()

@@ -40,6 +40,7 @@ from tabulate import tabulate
 
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
 from benchmarks.train import random_targets, setting
+from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
@@ -306,11 +307,9 @@ def main(argv) -> None:
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads per side")
     p.add_argument("--out", default="YOLOX_outputs/vs_yolox")
     args = p.parse_args(argv)
-    try:
-        import yolox
-    except ImportError:
-        sys.exit("official YOLOX is not importable: run with the reference python, e.g.\n"
-                 "  $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox")  # fmt: skip
+    require_official_yolox("vs-yolox")
+    import yolox
+
     device = torch.device(args.device)
     from yolox_fast.utils import amp
 

@@ -22,10 +22,24 @@ from __future__ import annotations
 import contextlib
 import io
 import random
+import sys
 import time
 from collections.abc import Callable
 
 import torch
+
+
+def require_official_yolox(suite: str) -> None:
+    """Exit with the command to use when official YOLOX 0.3.0 is not importable (the reference python)."""
+    try:
+        import yolox
+    except ImportError:
+        sys.exit(
+            "official YOLOX is not importable: run this with the reference python, e.g.\n"
+            f"  $(tools/setup_yolox_reference.sh) tools/benchmark.py {suite}"
+        )
+    if yolox.__version__ != "0.3.0":
+        sys.exit(f"found YOLOX {yolox.__version__}, this compares with 0.3.0")
 
 
 def official_nano_exp(fields: dict):

@@ -92,6 +92,12 @@ class TrainLoader:
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
+    @property
+    def images(self):
+        """The un-augmented training split the samples are drawn from (a DetectionDataset: its records,
+        class names and image cache)."""
+        return self.dataset.dataset
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, list, list]]:
         while True:
             if self._iterator is None:

@@ -199,6 +199,7 @@ class Exp(BaseExp):
     def get_model(self) -> nn.Module:
         """YOLOX with this exp's depth/width/act; BN eps/momentum and head biases as in YOLOX."""
         from yolox_fast.models import YOLOPAFPN, YOLOX, YOLOXHead
+        from yolox_fast.models.losses import YOLOXLoss
 
         if self.num_classes is None:
             raise ValueError("exp.num_classes is None (the dataset's count): resolve_num_classes() first")
@@ -207,13 +208,20 @@ class Exp(BaseExp):
             backbone = YOLOPAFPN(
                 self.depth, self.width, in_channels=in_channels, act=self.act, depthwise=self.depthwise
             )
-            head = YOLOXHead(
-                self.num_classes, self.width, in_channels=in_channels, act=self.act, depthwise=self.depthwise
+            loss_fn = YOLOXLoss(
+                center_radius=self.simota_center_radius,
+                box_prior=self.simota_box_prior,
+                topk=self.simota_topk,
+                max_bytes=self.simota_max_bytes,
             )
-            head.center_radius = self.simota_center_radius
-            head.box_prior = self.simota_box_prior
-            head.topk = self.simota_topk
-            head.max_bytes = self.simota_max_bytes
+            head = YOLOXHead(
+                self.num_classes,
+                self.width,
+                in_channels=in_channels,
+                act=self.act,
+                depthwise=self.depthwise,
+                loss_fn=loss_fn,
+            )
             self.model = YOLOX(backbone, head)
             for m in self.model.modules():
                 if isinstance(m, nn.BatchNorm2d):

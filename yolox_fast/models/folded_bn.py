@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -98,3 +99,20 @@ def refit_folded_bn(model: nn.Module, batches: Iterable[torch.Tensor]) -> int:
             bn.weight.copy_(a * torch.sqrt(var + bn.eps))
             bn.bias.copy_(c + a * mean)
     return seen
+
+
+def refit_on_images(
+    model: nn.Module,
+    dataset,
+    device: torch.device,
+    memory_format: torch.memory_format = torch.contiguous_format,
+    count: int = 128,
+    batch: int = 8,
+) -> int:
+    """`refit_folded_bn` on `count` images of a DetectionDataset, spread evenly over it and letterboxed as
+    for evaluation (`dataset[i][0]`), in batches of `batch`; returns the number of images seen."""
+    indices = np.unique(np.linspace(0, len(dataset) - 1, min(count, len(dataset))).round().astype(int))
+    images = torch.from_numpy(np.stack([dataset[int(i)][0] for i in indices]))
+    return refit_folded_bn(
+        model, (b.to(device).contiguous(memory_format=memory_format) for b in images.split(batch))
+    )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from yolox_fast.models.losses import yolox_loss
+from yolox_fast.models.losses import YOLOXLoss
 from yolox_fast.models.network_blocks import BaseConv, DWConv
 
 LossFn = Callable[..., dict]
@@ -23,10 +23,11 @@ class YOLOXHead(nn.Module):
     cells row-major. With `decode_in_inference = False` the box columns stay raw (for export).
     Training forward: the loss dict of `loss_fn`.
 
-    `loss_fn` (default `yolox_loss`) is called as `loss_fn(pred_boxes, obj_logits, cls_logits, raw_reg,
-    grids, strides, labels, use_l1=..., center_radius=..., box_prior=..., topk=..., max_bytes=...)` with the
-    arguments `yolox_loss` documents; pass another (a timed one, one with the reference assigner, one
-    that records its inputs) to change or watch the training loss without patching any module.
+    `loss_fn` (default `YOLOXLoss()`: YOLOX's SimOTA settings) is called as `loss_fn(pred_boxes,
+    obj_logits, cls_logits, raw_reg, grids, strides, labels, use_l1=...)` with the arguments `yolox_loss`
+    documents; pass another (other SimOTA settings, a timed one, one that records its inputs) to change
+    or watch the training loss without patching any module. `use_l1` (YOLOX's switch of the same name)
+    adds the L1 loss on raw box offsets: on in the last, un-augmented epochs.
     """
 
     def __init__(
@@ -45,13 +46,8 @@ class YOLOXHead(nn.Module):
         self.num_classes = num_classes
         self.strides = tuple(strides)
         self.decode_in_inference = True
-        self.loss_fn: LossFn = loss_fn or yolox_loss
-        # training-only knobs, set by the trainer / exp
-        self.use_l1 = False  # the extra L1 loss on raw box offsets, on in the last no-aug epochs
-        self.center_radius = 2.5  # SimOTA centre prior radius, in units of stride
-        self.box_prior = True  # SimOTA candidates include the anchors inside a GT box (YOLOX 0.3.0)
-        self.topk = 10  # SimOTA: candidates per ground truth for the dynamic k
-        self.max_bytes: int | None = None  # SimOTA working-memory bound; None: chosen by the assigner
+        self.loss_fn: LossFn = loss_fn or YOLOXLoss()
+        self.use_l1 = False
 
         conv = DWConv if depthwise else BaseConv
         hidden = int(256 * width)
@@ -151,8 +147,4 @@ class YOLOXHead(nn.Module):
             strides,
             labels,
             use_l1=self.use_l1,
-            center_radius=self.center_radius,
-            box_prior=self.box_prior,
-            topk=self.topk,
-            max_bytes=self.max_bytes,
         )

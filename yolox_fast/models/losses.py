@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -138,3 +141,31 @@ def yolox_loss(
         "l1_loss": l1_loss,
         "num_fg": assign.num_fg / max(num_gt, 1),
     }
+
+
+@dataclass(frozen=True)
+class YOLOXLoss:
+    """The head's loss function: `yolox_loss` with its SimOTA settings, given to YOLOXHead once
+    (`exp.get_model` builds it from the exp's simota_* fields).
+
+    `loss(pred_boxes, obj_logits, cls_logits, raw_reg, grids, strides, labels, use_l1=...)`; the
+    settings are `yolox_loss`'s: center_radius, box_prior, topk, max_bytes, and the assigner (the
+    per-image reference in benchmarks: `dataclasses.replace(loss, assigner=...)`).
+    """
+
+    center_radius: float = 2.5
+    box_prior: bool = True
+    topk: int = 10
+    max_bytes: int | None = None
+    assigner: Callable = simota_assign
+
+    def __call__(self, *inputs: torch.Tensor, use_l1: bool) -> dict[str, torch.Tensor]:
+        return yolox_loss(
+            *inputs,
+            use_l1=use_l1,
+            center_radius=self.center_radius,
+            box_prior=self.box_prior,
+            topk=self.topk,
+            max_bytes=self.max_bytes,
+            assigner=self.assigner,
+        )

@@ -41,6 +41,10 @@ class YOLOX(nn.Module):
             module.eval()
         return self
 
+    def enable_l1_loss(self) -> None:
+        """Add the L1 loss on raw box offsets from the next step on (YOLOX's last, un-augmented epochs)."""
+        self.head.use_l1 = True
+
     def set_grad_checkpointing(self, enabled: bool = True) -> None:
         """Trade compute for memory: backbone stages and PAFPN CSP blocks are recomputed in backward.
 

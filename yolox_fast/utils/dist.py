@@ -81,3 +81,20 @@ def gather_object(obj: Any, dst: int = 0) -> list[Any] | None:
     out: list[Any] | None = [None] * get_world_size() if get_rank() == dst else None
     dist.gather_object(obj, out, dst=dst)
     return out
+
+
+@torch.no_grad()
+def average_bn_stats(model: torch.nn.Module) -> None:
+    """Average BatchNorm running mean/var over ranks, so every rank evaluates the same model.
+
+    DDP averages gradients, not buffers: with its buffer broadcast off (as YOLOX trains) each rank's BN
+    statistics drift on its own shard of the data.
+    """
+    world = get_world_size()
+    if world == 1:
+        return
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            for buf in (m.running_mean, m.running_var):
+                all_reduce_sum(buf)
+                buf.div_(world)
