@@ -1,11 +1,33 @@
-"""Packaging for yolox_fast. `pip install -e .[test]` installs the package and its test tools."""
+"""Packaging for yolox_fast. `pip install -e .[test]` installs the package and its test tools.
+
+The dataset descriptions live in the top-level `configs/` (beside `exps/` and `tools/`, where a user looks
+for them). A build copies them into the package as `yolox_fast/configs/`, so a wheel or a plain
+`pip install .` carries them; an editable install and a checkout read `configs/` itself
+(`yolox_fast.data.config.CONFIG_DIR`). A copy at build time rather than a symlink: checkouts without
+symlink support (Windows) build the same package.
+"""
 
 import re
+import shutil
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
+
+
+class BuildPyWithConfigs(build_py):
+    """build_py, then configs/*.json into the built package's configs/ folder."""
+
+    def run(self):
+        super().run()
+        target = Path(self.build_lib) / "yolox_fast" / "configs"
+        target.mkdir(parents=True, exist_ok=True)
+        for description in sorted((HERE / "configs").glob("*.json")):
+            shutil.copyfile(description, target / description.name)
+
+
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "yolox_fast" / "__init__.py").read_text()).group(1)
 
 setup(
@@ -16,26 +38,28 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["yolox_fast", "yolox_fast.*"]),
-    # the built-in dataset descriptions (the model zoo's exps are modules, found as packages)
-    package_data={"yolox_fast.data": ["configs/*.json"]},
+    cmdclass={"build_py": BuildPyWithConfigs},
     install_requires=[
-        "torch>=2.5,<=2.14.1",
-        "torchvision>=0.20,<=0.29.1",
+        # no upper bound: CI pins the tested pair (torch 2.14.1, torchvision 0.29.1, .ci/run); a newer torch
+        # is the user's to choose
+        "torch>=2.5",
+        "torchvision>=0.20",
         "numpy",
-        "opencv-python-headless",
+        # the build with a GUI, for `tools/demo.py webcam`'s window (where none can open, the demo says so and
+        # writes the video); a headless build installed instead works for everything else
+        "opencv-python",
         "pycocotools",
         # COCOeval in C++: equal to pycocotools on our tests, 9x faster on a COCO-sized case
         # (python tools/benchmark.py eval);
         # pycocotools stays the fallback when it is missing
         "faster-coco-eval",
-        "matplotlib",  # eval pictures: confusion matrix, PR and F1 curves (Agg canvas, no display)
+        "matplotlib",  # eval pictures and tools/check_dataset.py plots (Agg canvas, no display)
         "loguru",
         "tabulate",
         "tensorboard",
         "psutil",
         "pyyaml",  # Ultralytics data.yaml dataset descriptions
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
-        "matplotlib",  # tools/check_dataset.py plots (Agg)
     ],
     extras_require={
         "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime", "ruff"],

@@ -11,7 +11,6 @@ from yolox_fast.data.augment import (
     clip_and_filter,
     flip_horizontal,
     preproc,
-    random_affine,
     resize_keep_ratio,
     sampled_window,
     warp_affine,
@@ -72,27 +71,26 @@ def _pixel_box(img, threshold=128):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_random_affine_box_lands_on_its_pixels(seed):
+def test_affine_warp_box_lands_on_its_pixels(seed):
     box = (70, 50, 130, 110)
     img = _rect_image(200, 240, box)
     labels = np.array([[*box, 3]], dtype=np.float32)
     rng = np.random.default_rng(seed)
-    out, new = random_affine(
-        img, labels, rng, (160, 180), degrees=10, translate=0.1, scales=(0.6, 1.2), shear=2
-    )
+    matrix = affine_matrix(rng, img.shape[:2], (160, 180), 10, 0.1, (0.6, 1.2), 2)
+    out, new = warp_affine(img, labels, matrix, (160, 180))
     assert out.shape == (160, 180, 3)
     assert len(new) == 1 and new[0, 4] == 3
     # the label box is the hull of the warped corners: the drawn pixels fill it to within interpolation
     np.testing.assert_allclose(_pixel_box(out), new[0, :4], atol=2.0)
 
 
-def test_random_affine_drops_boxes_pushed_out_of_the_image():
+def test_affine_warp_drops_boxes_pushed_out_of_the_image():
     img = _rect_image(100, 100, (0, 0, 10, 10))
     labels = np.array([[0, 0, 10, 10, 0], [40, 40, 60, 60, 1]], dtype=np.float32)
     # scale 1, no rotation/shear, translated so the source centre lands at the target centre:
     # target 40x40 shows source [30, 70) -> the corner box is gone, the centre one kept
     rng = np.random.default_rng(0)
-    _, new = random_affine(img, labels, rng, (40, 40), degrees=0, translate=0, scales=(1, 1), shear=0)
+    _, new = warp_affine(img, labels, affine_matrix(rng, img.shape[:2], (40, 40), 0, 0, (1, 1), 0), (40, 40))
     np.testing.assert_allclose(new, [[10, 10, 30, 30, 1]], atol=1e-4)
 
 

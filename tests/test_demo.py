@@ -201,6 +201,30 @@ def test_video_frames_in_batches(model, tmp_path):
     cap.release()
 
 
+def test_webcam_without_a_window_says_why_in_one_line_and_writes_the_video(
+    model, tmp_path, monkeypatch, log_lines
+):
+    """`tools/demo.py webcam` shows frames; where no window can open (a headless OpenCV, no display) the
+    frames still reach a video, and one line says why. A camera is a video source like a file here."""
+    from yolox_fast.core.demo import run_on_stream, window_unavailable
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert window_unavailable() is not None
+    src = tmp_path / "camera.mp4"
+    writer = cv2.VideoWriter(str(src), cv2.VideoWriter_fourcc(*"mp4v"), 10, (160, 120))
+    for _ in range(3):
+        writer.write(np.full((120, 160, 3), 90, dtype=np.uint8))
+    writer.release()
+    out = tmp_path / "out" / "camera0.mp4"
+    assert run_on_stream(_predictor(model), str(src), 2, ["a", "b", "c"], out, show=True) == 3
+    said = [m for m in log_lines if "frames are not shown" in m]
+    assert len(said) == 1 and str(out) in said[0]
+    cap = cv2.VideoCapture(str(out))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 3
+    cap.release()
+
+
 def test_official_yolox_checkpoint_layout_loads(model, tmp_path):
     # official YOLOX saves {"start_epoch", "model", "optimizer"} with plain torch.save
     model = copy.deepcopy(model)

@@ -1,5 +1,5 @@
 """Faults a hostile but realistic user meets, each probed with the tools as typed: what the user sees, and
-that nothing is lost (the "What happens when..." table of the README, row by row)."""
+that nothing is lost (the "What happens when..." list of docs/training.md, row by row)."""
 
 import json
 import os
@@ -308,3 +308,44 @@ def test_a_refused_cache_is_reported_as_not_used_and_leaves_no_lock(tiny_shapes_
     summary = reporting.cache_summary(args.cache, trainer.train_loader.images.cache)
     assert summary.startswith("ram asked for, NOT used")
     assert list(shm.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_headline_command_without_coco_says_where_coco_goes_in_one_line(tmp_path):
+    """`python tools/train.py -f exps/yolox_nano.py -b 256 --fp16 --cache` on a machine without COCO: one
+    `error:` line saying where COCO goes, the YOLOX_DATADIR variable and the no-download quick start; no
+    traceback (YOLOX_FAST_DEBUG=1 brings it back)."""
+    cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-f", str(REPO / "exps" / "yolox_nano.py"),
+           "-b", "256", "--fp16", "--cache"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("YOLOX_DATADIR", "YOLOX_FAST_DEBUG")}
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr[-3000:]
+    line = errors[0]
+    assert str(tmp_path / "datasets" / "COCO") in line and "YOLOX_DATADIR" in line
+    assert "exps/example/shapes_nano.py" in line
+    debug = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**env, "YOLOX_FAST_DEBUG": "1"}
+    )
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_a_bug_keeps_its_traceback_a_user_error_does_not(capsys, monkeypatch):
+    from yolox_fast.core.cli import run_tool
+
+    monkeypatch.delenv("YOLOX_FAST_DEBUG", raising=False)
+
+    def user_error():
+        raise FileNotFoundError("checkpoint not found: nope.pth")
+
+    with pytest.raises(SystemExit) as stop:
+        run_tool(user_error)
+    assert stop.value.code == 1 and capsys.readouterr().err == "error: checkpoint not found: nope.pth\n"
+
+    def bug():
+        raise TypeError("unsupported operand")
+
+    with pytest.raises(TypeError):
+        run_tool(bug)

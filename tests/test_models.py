@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from yolox_fast.exp import get_exp
-from yolox_fast.models import YOLOPAFPN, YOLOX, Darknet, Focus, YOLOXHead, get_activation
+from yolox_fast.models import YOLOPAFPN, YOLOX, Focus, YOLOXHead, get_activation
 
 # Official parameter counts (YOLOX model zoo table), in millions, and state_dict sizes of official YOLOX.
 OFFICIAL_PARAMS_M = {"nano": 0.91, "tiny": 5.06, "s": 8.97, "m": 25.3, "l": 54.2, "x": 99.1}
@@ -277,17 +277,6 @@ def test_focus_stacks_pixel_phases_in_yolox_order():
     expected = [x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2]]
     for c, phase in enumerate(expected):
         torch.testing.assert_close(out[:, c : c + 1], phase)
-
-
-def test_darknet21_feature_strides_and_channels():
-    net = Darknet(21).eval()
-    with torch.no_grad():
-        feats = net(torch.rand(1, 3, 64, 64))
-    assert {k: tuple(v.shape) for k, v in feats.items()} == {
-        "dark3": (1, 256, 8, 8),
-        "dark4": (1, 512, 4, 4),
-        "dark5": (1, 512, 2, 2),
-    }
 
 
 def test_unknown_activation_names_the_choices():

@@ -6,7 +6,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from yolox_fast.data.augment import TrainTransform, clip_and_filter, random_affine, resize_keep_ratio
+from yolox_fast.data.augment import (
+    TrainTransform,
+    affine_matrix,
+    clip_and_filter,
+    resize_keep_ratio,
+    warp_affine,
+)
 from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.mosaic import MosaicDetection, mosaic_placement
@@ -165,10 +171,11 @@ def full_canvas_mosaic(pipeline, index, rng):
         labels[:, [1, 3]] += by1 - sy1
         all_labels.append(labels)
     labels = clip_and_filter(np.concatenate(all_labels), 2 * input_w, 2 * input_h, *pipeline.box_filter)
-    return random_affine(
-        canvas, labels, rng, pipeline.img_size, pipeline.degrees, pipeline.translate,
-        pipeline.mosaic_scale, pipeline.shear, pipeline.box_filter,
+    matrix = affine_matrix(
+        rng, canvas.shape[:2], pipeline.img_size, pipeline.degrees, pipeline.translate,
+        pipeline.mosaic_scale, pipeline.shear,
     )  # fmt: skip
+    return warp_affine(canvas, labels, matrix, pipeline.img_size, pipeline.box_filter)
 
 
 @pytest.mark.parametrize("img_size", [(96, 96), (80, 112)])

@@ -17,11 +17,13 @@ CHECK = textwrap.dedent(
     import json, os, sys
     from pathlib import Path
     import yolox_fast
-    from yolox_fast.data.config import load_dataset_config
+    from yolox_fast.data.config import CONFIG_DIR, load_dataset_config
     from yolox_fast.exp import Exp, get_exp
 
     site = Path(sys.argv[1]).resolve()
     assert Path(yolox_fast.__file__).resolve().is_relative_to(site), yolox_fast.__file__
+    # the top-level configs/ of the checkout, copied into the package by the build
+    assert CONFIG_DIR == site / "yolox_fast" / "configs", CONFIG_DIR
     zoo = {name: get_exp(None, name).depth for name in ("yolox-nano", "yolox-s", "yolox-x", "yolox-voc-s")}
     roots = {name: load_dataset_config(name)["root"] for name in ("coco", "voc", "shapes")}
     exp = Exp()

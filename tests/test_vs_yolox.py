@@ -213,7 +213,7 @@ def test_boxes_of_one_to_two_pixels_official_keeps_ours_drops(reference):
 
 
 def test_training_sample_statistics(reference):
-    """The figures behind the README's side-by-side table (same images, same settings, 300 samples)."""
+    """The figures behind docs/fidelity.md's side-by-side table (same images and settings, 300 samples)."""
     result = section(reference, "data_stats")
     official, ours = result["official"], result["ours"]
     samples = result["settings"]["samples"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, run_on_images, run_on_stream, timestamped_dir
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
@@ -129,4 +129,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

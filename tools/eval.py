@@ -18,7 +18,7 @@ import random
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.core.launch import launch
 from yolox_fast.evaluators.report import log_eval_report, write_eval_report
 from yolox_fast.inference import load_inference_model
@@ -136,4 +136,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

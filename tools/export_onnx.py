@@ -11,7 +11,7 @@ import argparse
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.core.export import compare_with_onnxruntime, export_onnx
 from yolox_fast.inference import load_inference_model
 
@@ -59,4 +59,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

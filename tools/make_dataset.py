@@ -11,6 +11,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+from yolox_fast.core.cli import run_tool
 from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import default_description, generate
@@ -68,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

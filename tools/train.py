@@ -2,14 +2,14 @@
 
 One machine, K processes: `-d K` (or `torchrun --nproc_per_node K tools/train.py ...`); many machines:
 torchrun, srun, a RANK/WORLD_SIZE launcher (Kubeflow), or YOLOX's --num_machines/--machine_rank/--dist-url.
-See README "Training on many machines".
+See docs/distributed.md.
 """
 
 import argparse
 
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.core.launch import launch
 from yolox_fast.core.trainer import run_training
 
@@ -112,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.models.simota import SimOTAResult, simota_assign
 from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights, model_state_dict
 from yolox_fast.utils.visualize import class_name, draw_boxes
@@ -181,4 +181,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -2,10 +2,10 @@
 
     python tools/train.py -f exps/example/shapes_nano.py
 
-generates the set on first use (the package's data/configs/shapes.json: shapes of 16 px up to half
-the 320 px image), trains from scratch, evaluates and writes an annotated demo.jpg next to the
-checkpoints: AP50 above 0.8 on the validation split after 15 epochs (three seeds; figures in the
-README), about 14 minutes on a quiet 2-core CPU.
+generates the set on first use (configs/shapes.json: shapes of 16 px up to half the 320 px image),
+trains from scratch, evaluates and writes an annotated demo.jpg next to the checkpoints: AP50 above 0.8
+on the validation split after 15 epochs (three seeds; figures in docs/results.md), about 14 minutes on
+a quiet 2-core CPU.
 The recipe differs from COCO's because the budget is minutes, not days: 30x the learning rate per
 image with a one-epoch warmup, small batches (twice the optimizer steps of batch 16 for the same
 images: from scratch, batch 16 sometimes sat on a loss plateau for two of the twelve epochs), a

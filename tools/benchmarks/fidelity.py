@@ -18,10 +18,9 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
   batch, optimizer steps (the default train set is a multiple of the batch: official counts
   ceil(N / batch) iterations per epoch, yolox_fast floor), input and test size, multi-scale off,
   test_conf 0.01, nmsthre 0.65, loader workers, torch threads; with the default --eval-interval 1 both
-  evaluate every epoch. Not the same, by each side's own design (README "Fidelity to official YOLOX
-  0.3.0"): when mosaic closes and L1 starts, the
-  affine pivot and box filter, the augmentation randomness (official reseeds its workers from uuid,
-  yolox_fast draws from the seed and the sample position).
+  evaluate every epoch. Not the same, by each side's own design (docs/fidelity.md): when mosaic closes
+  and L1 starts, the affine pivot and box filter, the augmentation randomness (official reseeds its
+  workers from uuid, yolox_fast draws from the seed and the sample position).
 
 Cost: a nano step at 256 px, batch 16, takes about 1.3 s of one core (measured, either side), and the
 loader workers use the other core; the default (208 train images -> 13 steps per epoch, 12 epochs, 3

@@ -1,4 +1,4 @@
-"""The GPU check: every GPU figure the README claims, in one run of a few minutes, one table at the end.
+"""The GPU check: every GPU figure the docs claim, in one run of a few minutes, one table at the end.
 
     tools/gpu_check.sh                                   # on a machine with a GPU (sets up the reference)
     $(tools/setup_yolox_reference.sh) tools/benchmark.py gpu            # the same, by hand

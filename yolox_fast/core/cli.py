@@ -1,10 +1,44 @@
-"""What the command-line tools share: the -f/-n/-c/-expn flags and building the exp they name."""
+"""What the command-line tools share: the -f/-n/-c/-expn flags, building the exp they name, and how an
+error the user can fix is reported (`run_tool`)."""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import sys
+from collections.abc import Callable
 
 from yolox_fast.exp import get_exp
+from yolox_fast.utils.checkpoint import CheckpointError
+from yolox_fast.utils.run_lock import RunLockError
+
+# what the user can fix: missing data or files, a bad value in an exp, a description or on the command
+# line, a checkpoint that cannot be used, an output folder another run holds; each message names the
+# thing and what to do
+USER_ERRORS = (
+    FileNotFoundError,
+    NotADirectoryError,
+    PermissionError,
+    ValueError,
+    CheckpointError,
+    RunLockError,
+)
+DEBUG_ENV = "YOLOX_FAST_DEBUG"
+
+
+def run_tool(main: Callable[[], None]) -> None:
+    """Run a tool's `main`. An error the user can fix (USER_ERRORS, a full disk) ends the process with
+    its message on one `error:` line and exit code 1, not a traceback; any other exception is a bug of
+    ours and keeps its traceback. `YOLOX_FAST_DEBUG=1` keeps the traceback for every error."""
+    try:
+        main()
+    except (*USER_ERRORS, OSError) as err:
+        user = isinstance(err, USER_ERRORS) or getattr(err, "errno", None) == errno.ENOSPC
+        if not user or os.environ.get(DEBUG_ENV):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str | None) -> None:

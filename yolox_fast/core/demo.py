@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -124,8 +127,16 @@ def run_on_stream(
     """Detect on a video file or a camera id, `batch_size` frames per forward; returns frames processed.
 
     `save_video`: annotated `out_path` (.mp4); `save_json`: detections per frame in `out_path` with a
-    .json suffix; `show` opens a window (ESC or q stops) when this OpenCV build has GUI support.
+    .json suffix; `show` opens a window (ESC or q stops). Where no window can open (`window_unavailable`)
+    the run says why in one line and writes the annotated video to `out_path` instead.
     """
+    if show:
+        reason = window_unavailable()
+        if reason is not None:
+            show = False
+            save_video = save_video or out_path is not None
+            where = f"the annotated video is written to {out_path}" if save_video else "nothing is shown"
+            logger.warning(f"frames are not shown: {reason}; {where}")
     if (save_video or save_json) and out_path is None:
         raise ValueError("saving the video or JSON needs an out_path")
     if isinstance(source, str) and not Path(source).exists():
@@ -188,13 +199,26 @@ def run_on_stream(
     return frames_done
 
 
+def window_unavailable() -> str | None:
+    """Why frames cannot be shown in a window here, None when they can: an OpenCV build without a GUI
+    (opencv-python-headless), or no display to open one on (OpenCV's Qt would abort the process)."""
+    gui = re.search(r"^\s*GUI:\s*(\S+)", cv2.getBuildInformation(), re.MULTILINE)
+    if gui and gui.group(1).upper() == "NONE":
+        return "this OpenCV build has no GUI (opencv-python-headless; opencv-python has one)"
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    ):
+        return "there is no display to open a window on (DISPLAY is not set)"
+    return None
+
+
 def _show(frame: np.ndarray) -> bool | None:
-    """Display `frame`: True to go on, False if this OpenCV has no GUI (said once), None if ESC/q."""
+    """Display `frame`: True to go on, False if the window cannot open (said once), None if ESC/q."""
     try:
         cv2.imshow("yolox_fast demo", frame)
         key = cv2.waitKey(1) & 0xFF
-    except cv2.error:
-        logger.warning("this OpenCV build cannot open windows (headless); --save_result keeps the output")
+    except cv2.error as err:
+        logger.warning(f"frames are not shown: OpenCV cannot open a window ({str(err).strip()[:120]})")
         return False
     return None if key in (27, ord("q")) else True
 

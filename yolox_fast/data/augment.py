@@ -194,23 +194,6 @@ def warp_affine(
     return out, labels
 
 
-def random_affine(
-    img: np.ndarray,
-    labels: np.ndarray,
-    rng: np.random.Generator,
-    target_size: tuple[int, int],
-    degrees: float = 10.0,
-    translate: float = 0.1,
-    scales: Sequence[float] = (0.5, 1.5),
-    shear: float = 2.0,
-    box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
-) -> tuple[np.ndarray, np.ndarray]:
-    """Warp `img` into a `target_size` (H, W) canvas by a random `affine_matrix`; labels (N, 5)
-    follow, clipped and filtered (`box_filter` = (min_size, min_area_ratio, max_aspect))."""
-    matrix = affine_matrix(rng, img.shape[:2], target_size, degrees, translate, scales, shear)
-    return warp_affine(img, labels, matrix, target_size, box_filter)
-
-
 def augment_hsv(
     img: np.ndarray, rng: np.random.Generator, hgain: int = 5, sgain: int = 30, vgain: int = 30
 ) -> None:

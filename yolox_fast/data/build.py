@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,13 @@ from torch.utils.data import DataLoader
 
 from yolox_fast.data.augment import TrainTransform
 from yolox_fast.data.cache import build_cache
-from yolox_fast.data.config import coco_category_names, data_class_names, load_dataset_config, resolve_root
+from yolox_fast.data.config import (
+    CONFIG_DIR,
+    coco_category_names,
+    data_class_names,
+    load_dataset_config,
+    resolve_root,
+)
 from yolox_fast.data.datasets.base import DetectionDataset
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import ensure_generated
@@ -67,6 +74,27 @@ def dataset_class_names(exp) -> tuple[str, ...]:
 
 
 def _dataset(exp, cfg: dict[str, Any], split: str, img_size, problems=None) -> DetectionDataset:
+    try:
+        return _read_split(exp, cfg, split, img_size, problems)
+    except FileNotFoundError as err:
+        if Path(cfg.get("config_path", "")).parent != CONFIG_DIR or "synthetic" in cfg:
+            raise
+        raise FileNotFoundError(f"{err}. {missing_builtin_hint(cfg)}") from None
+
+
+def missing_builtin_hint(cfg: dict[str, Any]) -> str:
+    """What to do when a built-in description's data is not there: where it goes, and the no-download
+    quick start."""
+    where = "$YOLOX_DATADIR" if os.environ.get("YOLOX_DATADIR") else "./datasets ($YOLOX_DATADIR is not set)"
+    name = cfg["name"]
+    return (
+        f"The built-in `{name}` description reads {cfg['root']}: put the {name.upper()} set there (under "
+        f"{where}; docs/datasets.md shows the layout) or set YOLOX_DATADIR to the folder that holds it. "
+        "No data to hand? python tools/train.py -f exps/example/shapes_nano.py trains on a generated set"
+    )
+
+
+def _read_split(exp, cfg: dict[str, Any], split: str, img_size, problems=None) -> DetectionDataset:
     names = cfg.get("class_names")
     common = {
         "img_size": tuple(img_size),

@@ -1,10 +1,10 @@
 """Dataset descriptions: where a dataset lives and in which format.
 
-A description is a JSON file (the built-in ones, `coco`, `voc` and `shapes`, ship in
-`yolox_fast/data/configs/`), an Ultralytics `data.yaml`, or a dataset folder whose layout is recognised
-(`layouts.py`). Roots may start with `$YOLOX_DATADIR`, the
-folder that holds the datasets: the environment variable of that name, else `./datasets`. A relative
-root is relative to the working directory. Nothing here reads images or generates data.
+A description is a JSON file (the built-in ones, `coco`, `voc` and `shapes`, are the top-level `configs/`,
+which the package carries as `yolox_fast/configs/`), an Ultralytics `data.yaml`, or a dataset folder whose
+layout is recognised (`layouts.py`). Roots may start with `$YOLOX_DATADIR`, the folder that holds the
+datasets: the environment variable of that name, else `./datasets`. A relative root is relative to the
+working directory. Nothing here reads images or generates data.
 """
 
 from __future__ import annotations
@@ -15,7 +15,16 @@ import string
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+def _config_dir() -> Path:
+    """The built-in descriptions: the package's copy (a wheel or `pip install .`), else the checkout's
+    top-level configs/ (an editable install, a source tree)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "configs"
+    return installed if installed.is_dir() else package.parent / "configs"
+
+
+CONFIG_DIR = _config_dir()
 FORMATS = ("coco", "voc", "yolo")
 YAML_SUFFIXES = (".yaml", ".yml")
 

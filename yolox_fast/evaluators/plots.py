@@ -16,6 +16,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from yolox_fast.evaluators.matching import row_normalised
+
 MAX_LEGEND = 10  # more classes than this: grey per-class curves, the mean alone in the legend
 MAX_ANNOTATED = 30  # more confusion-matrix rows than this: colours only, no numbers in the cells
 MEAN_COLOR = "black"
@@ -51,8 +53,7 @@ def confusion_matrix_figure(
     classes read alike; the cells show counts, or with `normalised` the shares."""
     names = [*class_names, "background"]
     n = len(names)
-    sums = cm.sum(axis=1, keepdims=True).astype(np.float64)
-    share = np.divide(cm, sums, out=np.zeros(cm.shape), where=sums > 0)
+    share = row_normalised(cm)
     side = float(np.clip(0.42 * n + 3.0, 6.0, 30.0))
     fig = _figure(side + 1.2, side)
     ax = fig.add_subplot()

@@ -19,7 +19,7 @@ from yolox_fast.data.augment import PAD_VALUE, resize_keep_ratio
 from yolox_fast.models.network_blocks import fuse_model
 from yolox_fast.utils.amp import autocast
 from yolox_fast.utils.boxes import postprocess
-from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights
+from yolox_fast.utils.checkpoint import CheckpointError, load_checkpoint, load_model_weights
 
 # (K, 6) float64 per image: x1, y1, x2, y2 in original image pixels, score = obj * cls_conf, class index
 Detections = np.ndarray
@@ -110,8 +110,8 @@ def load_inference_model(
         try:
             # strict: a tensor silently left at its random init would make every figure meaningless
             load_model_weights(model, ckpt, strict=True)
-        except RuntimeError as err:
-            raise RuntimeError(
+        except CheckpointError as err:
+            raise CheckpointError(
                 f"{ckpt_path} does not fit the model of exp {exp.exp_name!r} (num_classes={exp.num_classes}, "
                 f"depth={exp.depth}, width={exp.width}); set num_classes or pick the matching -f/-n.\n{err}"
             ) from err

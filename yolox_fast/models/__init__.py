@@ -1,6 +1,6 @@
 """YOLOX model zoo: blocks, CSPDarknet backbone, PAFPN neck, decoupled head, the YOLOX wrapper."""
 
-from yolox_fast.models.darknet import CSPDarknet, Darknet
+from yolox_fast.models.darknet import CSPDarknet
 from yolox_fast.models.head import YOLOXHead
 from yolox_fast.models.network_blocks import (
     BaseConv,
@@ -8,7 +8,6 @@ from yolox_fast.models.network_blocks import (
     CSPLayer,
     DWConv,
     Focus,
-    ResLayer,
     SPPBottleneck,
     fuse_model,
     get_activation,
@@ -24,9 +23,7 @@ __all__ = [
     "CSPDarknet",
     "CSPLayer",
     "DWConv",
-    "Darknet",
     "Focus",
-    "ResLayer",
     "SPPBottleneck",
     "YOLOXHead",
     "fuse_model",

@@ -91,19 +91,6 @@ class Bottleneck(nn.Module):
         return y + x if self.use_add else y
 
 
-class ResLayer(nn.Module):
-    """Darknet-53 residual block: halve channels with a 1x1, restore with a 3x3, add (LeakyReLU)."""
-
-    def __init__(self, in_channels: int) -> None:
-        super().__init__()
-        mid = in_channels // 2
-        self.layer1 = BaseConv(in_channels, mid, ksize=1, stride=1, act="lrelu")
-        self.layer2 = BaseConv(mid, in_channels, ksize=3, stride=1, act="lrelu")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.layer2(self.layer1(x))
-
-
 class SPPBottleneck(nn.Module):
     """Spatial pyramid pooling (YOLOv3-SPP): concat of stride-1 max pools of several sizes, then 1x1."""
 

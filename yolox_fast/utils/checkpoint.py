@@ -32,10 +32,15 @@ __all__ = [
 ]
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint the user gave cannot be used: truncated, corrupt, refused by weights-only loading, or
+    not the model's (the message says which and what to do)."""
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
     """Read a checkpoint with `torch.load(weights_only=True)`: tensors and plain data only, no pickled code.
 
-    Raises FileNotFoundError for a missing file and RuntimeError naming the file when it is
+    Raises FileNotFoundError for a missing file and CheckpointError naming the file when it is
     truncated, corrupt or holds objects that weights_only loading refuses.
     """
     path = Path(path)
@@ -51,20 +56,20 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
         reason = next(
             (ln.strip() for ln in str(e).splitlines() if "Unsupported" in ln), str(e).splitlines()[0]
         )
-        raise RuntimeError(
+        raise CheckpointError(
             f"checkpoint {path} holds objects that weights_only loading refuses (pickled classes or code); "
             f"re-save it with plain tensors, numbers, strings, lists and dicts only. torch said: {reason}"
         ) from e
     except Exception as e:  # torch reports damaged files as RuntimeError, EOFError, KeyError, ... by format
         raise _corrupt(path, e) from e
     if not isinstance(ckpt, dict):
-        raise TypeError(f"checkpoint {path} holds a {type(ckpt).__name__}, expected a dict")
+        raise CheckpointError(f"checkpoint {path} holds a {type(ckpt).__name__}, expected a dict")
     return ckpt
 
 
-def _corrupt(path: Path, error: Exception) -> RuntimeError:
+def _corrupt(path: Path, error: Exception) -> CheckpointError:
     detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return RuntimeError(
+    return CheckpointError(
         f"cannot read checkpoint {path} ({path.stat().st_size} bytes): the file is truncated or corrupt "
         f"(an interrupted download, copy or save?). torch said: {detail}"
     )
@@ -100,7 +105,7 @@ def load_model_weights(model: nn.Module, state_dict: Mapping[str, Any], strict: 
     `state_dict` may be a raw state_dict or a full checkpoint (see `model_state_dict`).
     strict=False (fine-tuning): tensors whose shape differs (e.g. cls_preds for another number of
     classes) and keys present on one side only are skipped, with a warning table listing them.
-    strict=True (eval, demo, resume): any such difference raises a RuntimeError naming the tensors.
+    strict=True (eval, demo, resume): any such difference raises a CheckpointError naming the tensors.
     """
     state = model_state_dict(state_dict)
     model_state = model.state_dict()
@@ -115,7 +120,7 @@ def load_model_weights(model: nn.Module, state_dict: Mapping[str, Any], strict: 
     table = tabulate(rows, headers=["name", "checkpoint shape", "model shape", "problem"]) if rows else ""
 
     if strict and rows:
-        raise RuntimeError(
+        raise CheckpointError(
             f"{_class_count_hint(mismatched, state, model_state)}checkpoint does not match the model "
             f"({len(mismatched)} shape mismatches, {len(missing)} missing, "
             f"{len(unexpected)} unexpected):\n{table}"

@@ -34,15 +34,6 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
-def get_local_size() -> int:
-    """Processes on this machine: torchrun's LOCAL_WORLD_SIZE, else the world size."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", get_world_size()))
-
-
-def is_main_process() -> bool:
-    return get_rank() == 0
-
-
 def synchronize() -> None:
     """Barrier across ranks; a no-op in a single process."""
     if is_distributed():

@@ -96,10 +96,6 @@ class RunLock:
         self.path = os.path.join(self.folder, LOCK_NAME)
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def acquire(self, force: bool = False, environ: Mapping[str, str] | None = None) -> None:
         """Take the lock or raise RunLockError naming the run that has it. `force` takes over a lock
         left on another host (whose liveness cannot be checked); never one a live process holds."""
