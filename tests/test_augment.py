@@ -10,7 +10,7 @@ from yolox_fast.data.augment import (
     box_candidates,
     clip_and_filter,
     flip_horizontal,
-    preproc,
+    letterbox_chw,
     resize_keep_ratio,
     sampled_window,
     warp_affine,
@@ -104,7 +104,7 @@ def test_flip_moves_box_with_pixels():
 def test_letterbox_scales_boxes_with_pixels():
     box = (40, 20, 120, 60)
     img = _rect_image(80, 160, box)
-    out, r = preproc(img, (64, 64))
+    out, r = letterbox_chw(img, (64, 64))
     assert out.shape == (3, 64, 64) and r == pytest.approx(0.4)
     assert (out[:, 32:, :] == 114).all()  # 160x80 -> 64x32 at the top-left, padding below
     np.testing.assert_allclose(_pixel_box(out.transpose(1, 2, 0)), np.array(box) * r, atol=1.0)
@@ -119,7 +119,7 @@ def test_train_transform_outputs_cxcywh_and_drops_tiny_boxes():
     out, targets = tt(img, labels, (50, 50), np.random.default_rng(0))
     # uint8 (the training process converts to float on its device), the eval letterbox's pixel values
     assert out.shape == (3, 50, 50) and out.dtype == np.uint8
-    np.testing.assert_array_equal(out, preproc(img, (50, 50))[0])
+    np.testing.assert_array_equal(out, letterbox_chw(img, (50, 50))[0])
     # r = 0.5: box 1 -> (5, 5, 25, 15); box 2 -> 2x2 px, not > 2: dropped
     np.testing.assert_allclose(targets, [[2, 15, 10, 20, 10]])
 
@@ -135,7 +135,7 @@ def test_train_transform_flip_equals_mirroring_before_the_letterbox(shape):
         img.copy(), labels, (50, 50), np.random.default_rng(0)
     )
     mirrored, mirrored_box = flip_horizontal(img, labels[:, :4])
-    expected, r = preproc(mirrored, (50, 50))
+    expected, r = letterbox_chw(mirrored, (50, 50))
     np.testing.assert_array_equal(out, expected)
     cx, cy, w, h = targets[0, 1:]
     np.testing.assert_allclose(

@@ -62,7 +62,7 @@ def test_mosaic_boxes_land_on_their_pixels(seed, rotate):
     mosaic = MosaicDetection(
         ds,
         (128, 128),
-        preproc=TrainTransform(flip_prob=0.5, hsv_prob=0.0),
+        transform=TrainTransform(flip_prob=0.5, hsv_prob=0.0),
         degrees=10 * rotate,
         translate=0.1,
         mosaic_scale=(0.5, 0.7),
@@ -141,7 +141,7 @@ def test_mixup_adds_boxes_of_a_second_image(tiny_shapes_coco):
         "shear": 0,
         "translate": 0,
         "mixup_scale": (1, 1),
-        "preproc": TrainTransform(flip_prob=0, hsv_prob=0),
+        "transform": TrainTransform(flip_prob=0, hsv_prob=0),
     }
     plain = MosaicDetection(ds, (96, 96), enable_mixup=False, **kwargs)
     mixed = MosaicDetection(ds, (96, 96), enable_mixup=True, mixup_prob=1.0, **kwargs)
@@ -194,7 +194,7 @@ def test_the_windowed_mosaic_equals_the_full_canvas_one(tiny_shapes_coco, img_si
         rng = np.random.default_rng(words)
         rng.random()  # the mosaic_prob draw
         want_img, want_labels = full_canvas_mosaic(pipeline, seed % len(ds), rng)
-        want, want_targets = pipeline.preproc(want_img, want_labels, img_size, rng)
+        want, want_targets = pipeline.transform(want_img, want_labels, img_size, rng)
         np.testing.assert_array_equal(img, want, err_msg=f"seed {seed}")
         np.testing.assert_array_equal(targets, want_targets, err_msg=f"seed {seed}")
     # 4 tiles a sample on each side; some of the mosaic's were never decoded

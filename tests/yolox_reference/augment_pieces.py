@@ -87,13 +87,13 @@ def mirror_equal(imgs) -> dict:
 def letterbox_equal(imgs) -> dict:
     from yolox.data.data_augment import preproc as official_preproc
 
-    from yolox_fast.data.augment import preproc
+    from yolox_fast.data.augment import letterbox_chw
 
     worst, worst_r = 0.0, 0.0
     for img in imgs:
         for size in ((256, 256), (320, 320), (224, 320), (416, 416), (128, 96)):
             a, ra = official_preproc(img, size)
-            b, rb = preproc(img, size)
+            b, rb = letterbox_chw(img, size)
             worst = max(worst, float(np.abs(a - b).max()))
             worst_r = max(worst_r, abs(ra - rb))
     return {"max_abs_pixel_diff": worst, "max_abs_ratio_diff": worst_r}

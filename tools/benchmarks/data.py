@@ -49,7 +49,7 @@ def _mosaic(dataset, size: int, exp: Exp) -> MosaicDetection:
     return MosaicDetection(
         dataset,
         (size, size),
-        preproc=TrainTransform(exp.max_labels, exp.flip_prob, exp.hsv_prob, box_filter),
+        transform=TrainTransform(exp.max_labels, exp.flip_prob, exp.hsv_prob, box_filter),
         degrees=exp.degrees,
         translate=exp.translate,
         mosaic_scale=exp.mosaic_scale,

@@ -136,7 +136,7 @@ def refitted_weights(weights: str, names, train, size: int, out: Path) -> Path |
     import cv2
     import torch
 
-    from yolox_fast.data.augment import preproc
+    from yolox_fast.data.augment import letterbox_chw
     from yolox_fast.exp.build import get_exp
     from yolox_fast.models.folded_bn import has_folded_bn, refit_folded_bn
     from yolox_fast.utils.checkpoint import load_checkpoint, load_model_weights
@@ -150,7 +150,9 @@ def refitted_weights(weights: str, names, train, size: int, out: Path) -> Path |
         return None
     # the trainer's choice: 128 images spread over the set, letterboxed as for evaluation
     picks = np.unique(np.linspace(0, len(train) - 1, min(128, len(train))).round().astype(int))
-    images = torch.from_numpy(np.stack([preproc(cv2.imread(train[i].file), (size, size))[0] for i in picks]))
+    images = torch.from_numpy(
+        np.stack([letterbox_chw(cv2.imread(train[i].file), (size, size))[0] for i in picks])
+    )
     refit_folded_bn(model, images.split(8))
     path = out / "weights_refitted.pth"
     torch.save({"model": model.state_dict()}, path)

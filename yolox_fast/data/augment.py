@@ -33,24 +33,33 @@ def resize_keep_ratio(img: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarra
     return cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR), r
 
 
-def letterbox(img: np.ndarray, input_size: tuple[int, int]) -> tuple[np.ndarray, float]:
-    """Resize keeping aspect and paste top-left on a 114 canvas of `input_size` (H, W): (uint8 (H, W, 3), r).
+def letterbox(
+    img: np.ndarray, input_size: tuple[int, int], out: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
+    """Resize keeping aspect and paste top-left on a PAD_VALUE canvas of `input_size` (H, W): (uint8
+    (H, W, 3), r); a box in `img` maps to the canvas by * r. The one letterbox of training, evaluation,
+    the demo and MixUp.
 
-    An image that already has the input size is returned as it is (no copy).
+    `out`: an (H, W, 3) uint8 array to paint the canvas into (a slot of a batch), returned. Without it,
+    an image that already has the input size is returned as it is (no copy).
     """
     resized, r = resize_keep_ratio(img, input_size)
-    if resized.shape[:2] == tuple(input_size):
-        return resized, r
-    canvas = np.full((input_size[0], input_size[1], 3), PAD_VALUE, dtype=np.uint8)
-    canvas[: resized.shape[0], : resized.shape[1]] = resized
-    return canvas, r
+    h, w = resized.shape[:2]
+    if out is None:
+        if (h, w) == tuple(input_size):
+            return resized, r
+        out = np.empty((input_size[0], input_size[1], 3), dtype=np.uint8)
+    out[:h, :w] = resized
+    out[h:, :] = PAD_VALUE
+    out[:h, w:] = PAD_VALUE
+    return out, r
 
 
-def preproc(img: np.ndarray, input_size: tuple[int, int], swap=(2, 0, 1)) -> tuple[np.ndarray, float]:
+def letterbox_chw(img: np.ndarray, input_size: tuple[int, int]) -> tuple[np.ndarray, float]:
     """Letterbox (see `letterbox`) as the eval input: (float32 (3, H, W) BGR 0-255, r); a box in the
     original image maps to the input by * r."""
     canvas, r = letterbox(img, input_size)
-    return np.ascontiguousarray(canvas.transpose(swap), dtype=np.float32), r
+    return np.ascontiguousarray(canvas.transpose(2, 0, 1), dtype=np.float32), r
 
 
 def box_candidates(
@@ -267,15 +276,9 @@ class TrainTransform:
             # a copy, not a negative-stride view, which torch.as_tensor (default_collate) refuses
             img, boxes = flip_horizontal(img, labels[:, :4])
             labels = np.concatenate([boxes, labels[:, 4:]], axis=1)
-        resized, r = resize_keep_ratio(img, input_size)
+        hwc, r = letterbox(img, input_size)  # a mosaic output has the input size already: no copy
         labels = labels.copy()
         labels[:, :4] *= r
-        h, w = resized.shape[:2]
-        if (h, w) == tuple(input_size):  # mosaic output: no letterbox canvas
-            hwc = resized
-        else:
-            hwc = np.full((*input_size, 3), PAD_VALUE, dtype=np.uint8)
-            hwc[:h, :w] = resized
         out = hwc.transpose(2, 0, 1)
         labels = clip_and_filter(labels, input_size[1], input_size[0], *self.box_filter)
         if len(labels) > self.max_labels:

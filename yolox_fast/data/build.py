@@ -173,7 +173,7 @@ def build_train_loader(
         dataset,
         img_size=exp.input_size,
         mosaic=not no_aug,
-        preproc=TrainTransform(
+        transform=TrainTransform(
             max_labels=exp.max_labels, flip_prob=exp.flip_prob, hsv_prob=exp.hsv_prob, box_filter=box_filter
         ),
         degrees=exp.degrees,

@@ -27,7 +27,7 @@ import psutil
 from loguru import logger
 
 from yolox_fast.data.augment import resize_keep_ratio
-from yolox_fast.data.config import data_dir
+from yolox_fast.data.config import datasets_root
 from yolox_fast.data.datasets.base import CorruptImageError
 
 LAYOUT_VERSION = 1
@@ -88,7 +88,7 @@ def cache_paths(mode: str, name: str, size: tuple[int, int], key: str, cache_dir
     if mode == "ram":
         folder, stem = SHM_DIR, f"yolox_fast-{name}-{size[0]}x{size[1]}-{key[:16]}"
     elif mode == "disk":
-        folder = Path(cache_dir) if cache_dir else data_dir() / ".cache"  # $YOLOX_DATADIR/.cache
+        folder = Path(cache_dir) if cache_dir else datasets_root() / ".cache"  # $YOLOX_DATADIR/.cache
         stem = f"{name}-{size[0]}x{size[1]}-{key[:16]}"
     else:
         raise ValueError(f"cache must be 'ram' or 'disk', got {mode!r}")

@@ -29,14 +29,14 @@ FORMATS = ("coco", "voc", "yolo")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
-def data_dir() -> Path:
+def datasets_root() -> Path:
     """The folder that holds the datasets: $YOLOX_DATADIR, else `datasets` in the working directory."""
     return Path(os.environ.get("YOLOX_DATADIR") or "datasets").expanduser().absolute()
 
 
 def resolve_root(root: str) -> str:
     """A description's root as an absolute path: `$YOLOX_DATADIR` expanded, relative to the working dir."""
-    expanded = string.Template(str(root)).safe_substitute(YOLOX_DATADIR=str(data_dir()))
+    expanded = string.Template(str(root)).safe_substitute(YOLOX_DATADIR=str(datasets_root()))
     return str(Path(expanded).expanduser().absolute())
 
 

@@ -14,6 +14,7 @@ from yolox_fast.data.augment import (
     affine_matrix,
     clip_and_filter,
     fitted_size,
+    letterbox,
     resize_keep_ratio,
     sampled_window,
     warp_affine,
@@ -48,7 +49,7 @@ def mosaic_placement(
 class MosaicDetection(Dataset):
     """Training samples from a DetectionDataset: with probability mosaic_prob a mosaic of 4 images
     (then random affine and, with mixup_prob, MixUp with a fifth), else one image; then
-    `preproc` (HSV, flip, letterbox). Boxes are clipped and filtered after every geometric step.
+    `transform` (HSV, flip, letterbox). Boxes are clipped and filtered after every geometric step.
 
     `__getitem__` takes an `Item` (mosaic flag, index, seed words) from YoloBatchSampler, or a plain
     index (mosaic per `enable_mosaic`, seeded by `seed` and the index). Returns (img uint8
@@ -65,7 +66,7 @@ class MosaicDetection(Dataset):
         dataset,
         img_size: tuple[int, int],
         mosaic: bool = True,
-        preproc: TrainTransform | None = None,
+        transform: TrainTransform | None = None,
         degrees: float = 10.0,
         translate: float = 0.1,
         mosaic_scale: Sequence[float] = (0.5, 1.5),
@@ -81,7 +82,7 @@ class MosaicDetection(Dataset):
         self._dataset = dataset
         self.img_size = tuple(img_size)
         self.enable_mosaic = mosaic
-        self.preproc = preproc or TrainTransform(box_filter=box_filter)
+        self.transform = transform or TrainTransform(box_filter=box_filter)
         self.degrees, self.translate, self.shear = degrees, translate, shear
         self.mosaic_scale, self.mixup_scale = mosaic_scale, mixup_scale
         self.enable_mixup = enable_mixup
@@ -114,10 +115,10 @@ class MosaicDetection(Dataset):
             img, labels, img_id = self._mosaic(index, rng)
             if self.enable_mixup and len(labels) and len(self._labelled) and rng.random() < self.mixup_prob:
                 img, labels = self._mixup(img, labels, rng)
-            out, targets = self.preproc(img, labels, self.img_size, rng)
+            out, targets = self.transform(img, labels, self.img_size, rng)
             return out, targets, (img.shape[1], img.shape[0]), img_id
         img, labels, info, img_id = self._dataset.pull_item(index)
-        out, targets = self.preproc(img, labels, self.img_size, rng)
+        out, targets = self.transform(img, labels, self.img_size, rng)
         return out, targets, info, img_id
 
     def _mosaic(self, index: int, rng: np.random.Generator):
@@ -179,9 +180,7 @@ class MosaicDetection(Dataset):
             int(self._labelled[rng.integers(len(self._labelled))])
         )
         input_h, input_w = self.img_size
-        resized, ratio = resize_keep_ratio(cp_img, self.img_size)
-        cp_canvas = np.full((input_h, input_w, 3), PAD_VALUE, dtype=np.uint8)
-        cp_canvas[: resized.shape[0], : resized.shape[1]] = resized
+        cp_canvas, ratio = letterbox(cp_img, self.img_size)
         cp_canvas = cv2.resize(cp_canvas, (int(input_w * jitter), int(input_h * jitter)))
         ratio *= jitter
         if flip:

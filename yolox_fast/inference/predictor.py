@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 from loguru import logger
 
-from yolox_fast.data.augment import PAD_VALUE, resize_keep_ratio
+from yolox_fast.data.augment import letterbox
 from yolox_fast.models.network_blocks import fuse_model
 from yolox_fast.utils.amp import autocast
 from yolox_fast.utils.boxes import postprocess
@@ -144,7 +144,7 @@ def resolve_class_names(exp, ckpt: dict[str, Any]) -> tuple[str, ...]:
 class Predictor:
     """Batched detection on raw BGR uint8 images of any sizes.
 
-    Each image is letterboxed to `test_size` (H, W) (as `data.augment.preproc`) so a batch stacks into
+    Each image is letterboxed to `test_size` (H, W) (as `data.augment.letterbox`) so a batch stacks into
     one (B, 3, H, W) tensor; `predict` returns, per image, (K, 6) [x1, y1, x2, y2, score, class] in that
     image's pixels. `forward_s` / `nms_s` / `num_images` accumulate timing for throughput reports.
     `amp_dtype`: autocast dtype (see utils.amp.amp_dtype), None for fp32.
@@ -182,17 +182,16 @@ class Predictor:
         self.nms_s = 0.0
         self.num_images = 0
 
-    def preprocess(self, images: Sequence[np.ndarray]) -> torch.Tensor:
+    def letterbox_batch(self, images: Sequence[np.ndarray]) -> torch.Tensor:
         """(B, 3, H, W) float32 letterboxed batch on the device, in the model's memory format.
 
         Images are pasted as uint8 into one (B, H, W, 3) buffer and converted to float on the device:
         a quarter of the bytes to move, and no per-image float copy.
         """
         h, w = self.test_size
-        batch = np.full((len(images), h, w, 3), PAD_VALUE, dtype=np.uint8)
+        batch = np.empty((len(images), h, w, 3), dtype=np.uint8)
         for i, img in enumerate(images):
-            resized, _ = resize_keep_ratio(img, self.test_size)
-            batch[i, : resized.shape[0], : resized.shape[1]] = resized
+            letterbox(img, self.test_size, out=batch[i])
         nchw_view = torch.from_numpy(batch).to(self.device, non_blocking=True).permute(0, 3, 1, 2)
         return nchw_view.contiguous(memory_format=self.memory_format).float()
 
@@ -202,7 +201,7 @@ class Predictor:
             return []
         out = detect_batch(
             self.model,
-            self.preprocess(images),
+            self.letterbox_batch(images),
             [img.shape[:2] for img in images],
             self.test_size,
             self.num_classes,

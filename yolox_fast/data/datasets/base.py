@@ -14,7 +14,7 @@ from loguru import logger
 from pycocotools.coco import COCO
 from torch.utils.data import Dataset
 
-from yolox_fast.data.augment import fitted_size, preproc, resize_keep_ratio
+from yolox_fast.data.augment import PAD_VALUE, fitted_size, letterbox_chw, resize_keep_ratio
 from yolox_fast.data.datasets.problems import ERROR, DatasetProblems
 
 
@@ -290,14 +290,14 @@ class DetectionDataset(Dataset):
         """Evaluation item: (img float32 (3, H, W) letterboxed to img_size, target (K, 5)
         [x1, y1, x2, y2, cls] original px, (orig h, orig w), img_id).
 
-        With skip_corrupt, an undecodable image is replaced by a blank (114) canvas: it is counted and
+        With skip_corrupt, an undecodable image is replaced by a blank (PAD_VALUE) canvas: it is counted and
         its ground truth still counts as missed, so the metric stays honest.
         """
         rec = self.records[index]
         try:
-            img, _ = preproc(self.load_image(index), self.img_size)
+            img, _ = letterbox_chw(self.load_image(index), self.img_size)
         except CorruptImageError as err:
             self._note_corrupt(err)
-            img = np.full((3, *self.img_size), 114, dtype=np.float32)
+            img = np.full((3, *self.img_size), PAD_VALUE, dtype=np.float32)
         target = np.concatenate([rec.boxes, rec.classes[:, None].astype(np.float32)], axis=1)
         return img, target.astype(np.float32), (rec.height, rec.width), rec.img_id

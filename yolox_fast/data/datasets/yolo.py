@@ -38,7 +38,7 @@ from loguru import logger
 from PIL import Image
 from pycocotools.coco import COCO
 
-from yolox_fast.data.config import data_dir
+from yolox_fast.data.config import datasets_root
 from yolox_fast.data.datasets.base import (
     BoxClipCounter,
     CorruptImageError,
@@ -119,7 +119,7 @@ def _resolve_root(value: str | None, yaml_dir: Path) -> Path:
     root = Path(str(value)).expanduser()
     if root.is_absolute():
         return root
-    candidates = [yaml_dir / root, Path.cwd() / root, data_dir() / root]
+    candidates = [yaml_dir / root, Path.cwd() / root, datasets_root() / root]
     found = next((c for c in candidates if c.is_dir()), candidates[0])
     return found.resolve()
 
