@@ -255,3 +255,14 @@ def test_tool_on_voc_and_yolo_sets(tiny_shapes_coco, tiny_shapes_voc, tmp_path):
     assert "ERROR   [val] missing image: 2" in yolo.stdout
     assert str(val_images[0]) in yolo.stdout and "gone.jpg" in yolo.stdout
     assert (tmp_path / "shapes_yolo" / "dataset_check" / "labels.png").is_file()
+
+
+def test_tool_in_process_on_a_clean_set_exits_0(tiny_shapes_coco, tmp_path, capsys):
+    import check_dataset  # tools/check_dataset.py
+
+    with pytest.raises(SystemExit) as stop:
+        check_dataset.main(["--dataset", tiny_shapes_coco["config"], "--headers-only",
+                            "--output", str(tmp_path), "--samples", "2", *SMALL])  # fmt: skip
+    assert stop.value.code == 0
+    assert "0 errors" in capsys.readouterr().out
+    assert (tmp_path / "labels.png").is_file() and (tmp_path / "train_batch.png").is_file()

@@ -359,3 +359,27 @@ def test_val_boxes_outside_the_image_are_said_to_be_scored_as_given(tiny_shapes_
     assert (
         said and "scores them as the annotation file gives them" in said[0] and "for training" not in said[0]
     )
+
+
+@pytest.mark.parametrize("fmt", ["voc", "yolo"])
+def test_make_dataset_tool_writes_a_readable_set(fmt, tmp_path, capsys):
+    import make_dataset  # tools/make_dataset.py
+
+    out = tmp_path / fmt
+    make_dataset.main(
+        ["--format", fmt, "--out", str(out), "--num-train", "3", "--num-val", "2", "--size", "64"]
+    )
+    description = capsys.readouterr().out.strip().split("dataset description: ")[-1]
+    cfg = load_dataset_config(description)
+    assert cfg["format"] == fmt and cfg["class_names"] == list(SHAPE_NAMES)
+    train = exp_for(description).get_dataset()
+    assert len(train) == 3 and sum(len(r.boxes) for r in train.records) > 0
+
+
+def test_the_voc_zoo_exp_reads_vocdevkit_with_the_devkit_metric():
+    from yolox_fast.exp import get_exp
+
+    exp = get_exp(None, "yolox-voc-s")
+    assert (exp.num_classes, exp.dataset) == (20, "voc")
+    cfg = load_dataset_config(exp.dataset, class_names=False)
+    assert cfg["val"] == {"sets": [["2007", "test"]]} and len(cfg["class_names"]) == 20

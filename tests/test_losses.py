@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from simota_inputs import anchor_grid
+from benchmarks.inputs import anchor_grid
 
 from yolox_fast.models import losses
 from yolox_fast.models.losses import IOUloss, yolox_loss

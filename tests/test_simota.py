@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from simota_inputs import anchor_grid, make_inputs
+from benchmarks.inputs import anchor_grid, make_inputs
 from torchvision.ops import box_convert, box_iou
 
 from yolox_fast.models.simota import factorised_class_cost, negative_bce_sum_, simota_assign

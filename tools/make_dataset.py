@@ -18,7 +18,7 @@ from yolox_fast.data.datasets.synthetic import default_description, generate
 from yolox_fast.data.datasets.yolo import write_yolo_dataset
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--max-objects", type=int, help="most shapes per image")
     parser.add_argument("--min-side", type=float, help="smallest shape extent in px")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     cfg = load_dataset_config(args.config)
     fmt, out, yolo_out = args.format or cfg["format"], args.out, None

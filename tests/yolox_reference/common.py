@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))  # benchmarks.fidelity_data, benchmarks.yolox_official
 
 warnings.filterwarnings("ignore")  # official YOLOX on a CPU: torch.cuda.amp deprecations, pin_memory
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -13,7 +13,7 @@ box carries a tag in its class column, so each output box is traced to the box i
 - the share of mosaic samples whose mosaic centre (where the 4 tiles meet) lands in the output, and the
   share of the output covered by the tiles, and by the sample's own image (tile 0).
 
-    $YOLOX_REFERENCE_PYTHON tests/yolox_reference/data_stats.py [--samples 300] [--size 320] ...
+    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/data_stats.py [--samples 300] ...
 """
 
 from __future__ import annotations

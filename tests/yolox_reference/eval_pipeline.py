@@ -8,7 +8,7 @@
   (boxes near the ground truth, duplicates, low scores, noise), so it also checks that both hand the
   model the same pixels.
 
-    $YOLOX_REFERENCE_PYTHON tests/yolox_reference/eval_pipeline.py
+    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/eval_pipeline.py
 """
 
 from __future__ import annotations

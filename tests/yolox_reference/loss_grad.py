@@ -5,7 +5,7 @@ as it trains ("ours": its batched SimOTA with 0.3.0's rule) and with the later Y
 Also: whether both build the same initial weights under the same torch seed, and whether
 `exp.get_optimizer` puts the same parameters into the same SGD groups with the same settings.
 
-    $YOLOX_REFERENCE_PYTHON tests/yolox_reference/loss_grad.py
+    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/loss_grad.py
 """
 
 from __future__ import annotations

@@ -24,23 +24,18 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 
 import torch
 from loguru import logger
 from tabulate import tabulate
 
+from benchmarks.inputs import make_inputs  # the batches the tests check the assigner on
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
-
-# The benchmark times the assigner on the same training-shaped batches the tests check it on.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from simota_inputs import make_inputs  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

@@ -17,6 +17,7 @@ import time
 import torch
 from tabulate import tabulate
 
+from benchmarks.inputs import random_targets
 from benchmarks.simota import CpuPeak, peak_bytes
 from yolox_fast.exp import get_exp
 from yolox_fast.models.losses import YOLOXLoss
@@ -41,22 +42,6 @@ def timed_loss(loss: YOLOXLoss, assigner, loss_seconds: list, sync):
         return out
 
     return loss_fn
-
-
-def random_targets(
-    batch: int, size: int, num_classes: int, gen: torch.Generator, max_labels: int = 120
-) -> torch.Tensor:
-    """(B, max_labels, 5) [cls, cx, cy, w, h] px: 5-40 boxes per image, 8 px to half the image,
-    zero-padded."""
-    targets = torch.zeros(batch, max_labels, 5)
-    for i in range(batch):
-        n = int(torch.randint(5, 41, (1,), generator=gen))
-        wh = torch.empty(n, 2).uniform_(8, size / 2, generator=gen)
-        centre = torch.rand(n, 2, generator=gen) * (size - wh) + wh / 2
-        targets[i, :n, 0] = torch.randint(0, num_classes, (n,), generator=gen).float()
-        targets[i, :n, 1:3] = centre
-        targets[i, :n, 3:5] = wh
-    return targets
 
 
 def setting(device: torch.device, amp_dtype) -> str:

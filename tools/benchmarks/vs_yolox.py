@@ -39,7 +39,8 @@ import torch
 from tabulate import tabulate
 
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.train import random_targets, setting
+from benchmarks.inputs import random_targets
+from benchmarks.train import setting
 from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,7 +118,6 @@ def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict, nam
 def trainer_step(args, device: torch.device, batch, root: Path, out: Path, state_dict):
     """`Trainer.train_one_iter` on a fixed batch: a Trainer set up on the generated set, its batch stream
     replaced by the batch (so no data time is counted), its model given the same weights."""
-    sys.path.insert(0, str(REPO / "tools"))
     import train as train_tool
 
     from yolox_fast.core.trainer import Trainer

@@ -1,10 +1,15 @@
 """SimOTA label assignment (YOLOX), batched over images and ground truths.
 
-Semantics are those of the official YOLOX `get_assignments` / `simota_matching`, per image:
+Semantics are those of the official YOLOX `get_assignments` / `simota_matching`, per image, in either of
+its two rules:
 
-- an anchor is in a ground truth's *window* when its centre lies strictly inside the GT centre
-  +- center_radius * stride (no in-box test); the image's *candidates* are the union of the windows;
-- cost[g, u] = cls_cost + iou_weight * -log(iou + 1e-8) + 1e6 * (u not in g's window), where cls_cost
+- YOLOX 0.3.0's rule, the default (`box_prior=True`, `center_radius=2.5`): an anchor is a candidate of a
+  ground truth when its centre lies strictly inside the GT's box or inside the GT centre +- center_radius
+  * stride, and in the GT's *window* (cost-free) when inside both; the out-of-window penalty is 1e5;
+- the later YOLOX rule (`box_prior=False`, `center_radius=1.5`): the window is the centre square alone
+  (no in-box test), the penalty 1e6;
+- either way the image's *candidates* are the union over its GTs, and
+  cost[g, u] = cls_cost + iou_weight * -log(iou + 1e-8) + penalty * (u not in g's window), where cls_cost
   is the summed BCE of p = sqrt(sigmoid(cls) * sigmoid(obj)) against g's one-hot class, with torch's
   BCE conventions (log(p) and log1p(-p), each clamped at -100), in float32;
 - dynamic_k[g] = max(1, int(sum of the top-min(topk, #candidates) IoUs of g over the candidates));
@@ -20,12 +25,13 @@ or without candidates gets no foreground. GTs with `gt_mask` False or a non-fini
   so the class axis is only ever paired with candidates (N, U, C), never with GTs;
 - windows are read off the anchor grid with `searchsorted` (<= 3x3 anchors per level for radius 1.5),
   and candidates are compacted per image to U = max candidates per image in the chunk;
-- since every in-window cost is below 1e6 and every out-of-window cost is at least 1e6, a GT with at
+- since every in-window cost is below the penalty and every out-of-window cost at least it, a GT with at
   least dynamic_k selectable window anchors picks among those only, and a conflict always goes to an
   in-window GT; only the rare GTs with fewer window anchors than dynamic_k get a full cost row;
 - dynamic_k still uses the top IoUs over all of the image's candidates: the one (N, G, U) tensor;
 - images are sorted by size and processed in chunks bounded by `max_bytes`, reusing buffers.
-The window shortcut needs in-window costs < 1e6, i.e. fewer than ~10^4 classes (checked).
+The window shortcut needs in-window costs below the penalty, i.e. fewer than ~10^3 classes with 0.3.0's
+1e5, ~10^4 with 1e6 (checked).
 The result equals the reference's except where two costs tie exactly or to within the rounding
 difference of the factorised sum (ties are broken by topk/argmin, as in YOLOX, in either order).
 `models/simota_reference.py` is the straightforward per-image loop it is tested and timed against.

@@ -1,7 +1,9 @@
-"""Random SimOTA inputs shaped like a training batch, for the assigner's tests and benchmark.
+"""The inputs the benchmarks and the tests share: training-shaped random batches.
 
-5-40 GTs per image (padded to 120) with log-uniform sizes, predicted boxes jittered around the GT
-they sit in, logits in the ranges a trained head produces.
+`make_inputs`: SimOTA's arguments, 5-40 GTs per image (padded to 120) with log-uniform sizes, predicted
+boxes jittered around the GT they sit in, logits in the ranges a trained head produces (the assigner's
+tests and benchmark). `random_targets`: a training batch's targets (the training-step benchmarks and
+tests). Tests import it as `benchmarks.inputs` (pytest puts tools/ on the path).
 """
 
 from __future__ import annotations
@@ -77,3 +79,19 @@ def make_inputs(
         "gt_mask": gt_mask,
     }
     return {k: v.to(device) for k, v in batch.items()}
+
+
+def random_targets(
+    batch: int, size: int, num_classes: int, gen: torch.Generator, max_labels: int = 120
+) -> torch.Tensor:
+    """(B, max_labels, 5) [cls, cx, cy, w, h] px: 5-40 boxes per image, 8 px to half the image,
+    zero-padded."""
+    targets = torch.zeros(batch, max_labels, 5)
+    for i in range(batch):
+        n = int(torch.randint(5, 41, (1,), generator=gen))
+        wh = torch.empty(n, 2).uniform_(8, size / 2, generator=gen)
+        centre = torch.rand(n, 2, generator=gen) * (size - wh) + wh / 2
+        targets[i, :n, 0] = torch.randint(0, num_classes, (n,), generator=gen).float()
+        targets[i, :n, 1:3] = centre
+        targets[i, :n, 3:5] = wh
+    return targets

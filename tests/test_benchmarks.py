@@ -1,0 +1,129 @@
+"""Every benchmark under tools/benchmarks runs, at sizes of a few seconds, and prints its figure with the
+ratio against its baseline; the ones that need official YOLOX say how to run them and have their data side
+tested here (the reference side runs in test_vs_yolox.py). Timings are printed, never asserted."""
+
+import json
+import re
+from pathlib import Path
+
+import benchmark
+import pytest
+from benchmarks import fidelity, finetune, yolox_official
+from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
+
+
+def run(capsys, *argv: str) -> str:
+    """`python tools/benchmark.py argv...` in this process; its printed output."""
+    import sys
+
+    saved = sys.argv
+    sys.argv = ["benchmark.py", *argv]
+    try:
+        benchmark.main()
+    finally:
+        sys.argv = saved
+    return capsys.readouterr().out
+
+
+def test_simota_benchmark_prints_the_ratio_to_the_reference(capsys):
+    out = run(
+        capsys, "simota", "-n", "2", "--sizes", "128", "--classes", "4", "--repeats", "1", "--threads", "1"
+    )
+    assert re.search(r"\d+\.\d+x", out), out
+
+
+def test_train_benchmark_prints_both_assigners(capsys):
+    out = run(capsys, "train", "--batch-sizes", "2", "--size", "64", "--iters", "1", "--warmup", "0")
+    assert "batched" in out and "reference" in out, out
+
+
+def test_demo_benchmark_prints_images_per_second_per_batch_size(capsys):
+    out = run(capsys, "demo", "--tsize", "64", "--batch-sizes", "1", "2", "--images", "2", "--rounds", "1",
+              "--no-channels-last")  # fmt: skip
+    assert "img/s" in out or "images/s" in out, out
+
+
+def test_eval_benchmark_scores_with_both_libraries(capsys):
+    out = run(
+        capsys, "eval", "--images", "20", "--boxes", "3", "--dets", "5", "--classes", "3", "--repeats", "1"
+    )
+    assert "pycocotools" in out, out
+
+
+def test_data_benchmark_prints_the_cache_ratio(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("YOLOX_DATADIR", str(tmp_path))
+    out = run(capsys, "data", "--sizes", "64", "--images", "8", "--image-size", "64", "--samples", "4",
+              "--rounds", "1", "--warmup", "1", "--workers", "1", "--batch", "2")  # fmt: skip
+    assert re.search(r"\d+\.\d+x", out), out
+
+
+def test_the_benchmarks_that_need_official_yolox_say_how_to_run_them(capsys):
+    try:
+        import yolox  # noqa: F401 -- this environment is the reference one
+    except ImportError:
+        pass
+    else:
+        pytest.skip("official YOLOX is importable here: test_vs_yolox.py runs these benchmarks")
+    for suite in ("finetune", "fidelity", "vs-yolox"):
+        with pytest.raises(SystemExit) as stop:
+            yolox_official.require_official_yolox(suite)
+        assert f"$(tools/setup_yolox_reference.sh) tools/benchmark.py {suite}" in str(stop.value)
+
+
+def test_finetune_benchmark_gives_official_the_boxes_ours_reads(tiny_shapes_voc, tmp_path):
+    """Official YOLOX reads COCO only: the benchmark writes the images (linked) and boxes yolox_fast reads
+    from any layout in official's layout, the train split cut to whole batches."""
+    names, train, val = finetune.read_set(tiny_shapes_voc["config"], batch=5)
+    assert len(train) == tiny_shapes_voc["num_train"] // 5 * 5 and len(val) == tiny_shapes_voc["num_val"]
+    root = tmp_path / "official"
+    finetune.write_official_layout(root, names, train, val)
+    data = json.loads((root / "annotations" / "instances_train2017.json").read_text())
+    assert [c["name"] for c in data["categories"]] == list(names)
+    assert len(data["images"]) == len(train)
+    first = data["images"][0]
+    assert (root / "train2017" / first["file_name"]).resolve() == Path(train[0].file).resolve()
+    boxes = [a["bbox"] for a in data["annotations"] if a["image_id"] == first["id"]]
+    x1, y1, x2, y2 = train[0].boxes[0].tolist()
+    assert boxes[0] == pytest.approx([x1, y1, x2 - x1, y2 - y1])
+    fields = finetune.recipe(finetune_args(), seed=3, num_classes=len(names))
+    assert fields["num_classes"] == len(names) and fields["seed"] == 3 and fields["enable_mixup"] is False
+
+
+def finetune_args():
+    import argparse
+
+    return argparse.Namespace(
+        size=416, mosaic_prob=1.0, mosaic_scale=[0.5, 1.5], degrees=10.0, translate=0.1, shear=2.0,
+        warmup_epochs=1, no_aug_epochs=2, epochs=15, basic_lr_per_img=0.01 / 64, min_lr_ratio=0.05,
+        eval_interval=1, workers=1,
+    )  # fmt: skip
+
+
+def test_fidelity_tables_show_mean_and_range_over_seeds(tmp_path):
+    desc = make_fidelity_set(tmp_path / "set", num_train=4, num_val=2, size=64)
+    assert json.loads(desc.read_text())["class_names"] == list(CLASS_NAMES)
+    results = {
+        s: {side: {"evals": {5: (0.1 * s, 0.2 * s)}, "losses": {5: 1.0}} for side in ("official", "ours")}
+        for s in (1, 2)
+    }
+    text = fidelity.tables(results, [1, 2], ["official", "ours"])
+    assert "0.300 [0.200-0.400]" in text and "mean [min-max] over seeds 1 2" in text
+
+
+def test_every_module_of_the_package_and_the_tools_imports():
+    """The fast tier touches every module: the ones whose work needs official YOLOX or a GPU at least
+    import (their runs are in test_vs_yolox.py and tools/gpu_check.sh)."""
+    import importlib
+    import pkgutil
+
+    import yolox_fast
+
+    names = [m.name for m in pkgutil.walk_packages(yolox_fast.__path__, "yolox_fast.")]
+    tools = Path(benchmark.__file__).parent
+    names += [
+        f"benchmarks.{p.stem}" for p in sorted((tools / "benchmarks").glob("*.py")) if p.stem != "__init__"
+    ]
+    names += [p.stem for p in sorted(tools.glob("*.py"))]
+    for name in names:
+        importlib.import_module(name)
+    assert "benchmarks.gpu" in names and "yolox_fast.core.trainer" in names and "train" in names
