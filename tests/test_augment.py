@@ -112,16 +112,20 @@ def test_letterbox_scales_boxes_with_pixels():
     assert resized.shape == (32, 64, 3) and r2 == r
 
 
-def test_train_transform_outputs_cxcywh_and_drops_tiny_boxes():
+def test_train_transform_outputs_cxcywh_and_drops_boxes_of_a_pixel():
     img = _rect_image(100, 100, (10, 10, 50, 30))
-    labels = np.array([[10, 10, 50, 30, 2], [60, 60, 64, 64, 1]], dtype=np.float32)
+    labels = np.array([[10, 10, 50, 30, 2], [60, 60, 64, 64, 1], [70, 70, 71, 90, 0]], dtype=np.float32)
     tt = TrainTransform(max_labels=10, flip_prob=0.0, hsv_prob=0.0)
     out, targets = tt(img, labels, (50, 50), np.random.default_rng(0))
     # uint8 (the training process converts to float on its device), the eval letterbox's pixel values
     assert out.shape == (3, 50, 50) and out.dtype == np.uint8
     np.testing.assert_array_equal(out, letterbox_chw(img, (50, 50))[0])
-    # r = 0.5: box 1 -> (5, 5, 25, 15); box 2 -> 2x2 px, not > 2: dropped
-    np.testing.assert_allclose(targets, [[2, 15, 10, 20, 10]])
+    # r = 0.5: box 1 -> (5, 5, 25, 15); box 2 -> 2x2 px, kept (> 1 px, as official YOLOX);
+    # box 3 -> 0.5 px wide: dropped
+    np.testing.assert_allclose(targets, [[2, 15, 10, 20, 10], [1, 31, 31, 2, 2]])
+    yolov5_filter = TrainTransform(max_labels=10, flip_prob=0.0, hsv_prob=0.0, box_filter=(2.0, 0.1, 20.0))
+    _, targets = yolov5_filter(img, labels, (50, 50), np.random.default_rng(0))
+    np.testing.assert_allclose(targets, [[2, 15, 10, 20, 10]])  # not > 2 px: dropped
 
 
 @pytest.mark.parametrize("shape", [(100, 100), (60, 100), (100, 60), (50, 50)])

@@ -278,7 +278,7 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--workers", type=int, default=1, help="data loader workers, each run")
     p.add_argument("--threads", type=int, default=1, help="torch threads, each run")
     p.add_argument("--parallel", type=int, default=2, help="runs at a time")
-    p.add_argument("--rows", nargs="+", default=["official", "official-refitted", "ours"],
+    p.add_argument("--rows", nargs="*", default=["official", "official-refitted", "ours"],
                    choices=("official", "official-refitted", "ours"))  # fmt: skip
     p.add_argument("--ours-opts", nargs="*", default=[], help="extra exp overrides for ours: KEY VALUE ...")
     p.add_argument("--example", action="store_true", help="also our example recipe vs official's default")
@@ -346,8 +346,9 @@ def main(argv: Sequence[str]) -> None:
             print(
                 f"  {row} seed {seed}: epoch {last} AP50 {ap50:.4f} AP50:95 {ap50_95:.4f} ({minutes:.1f} min)"
             )
-    print(f"\nsame recipe, mean [min-max] over seeds {' '.join(map(str, args.seeds))}")
-    print(table(results, rows, args.seeds))
+    if rows:
+        print(f"\nsame recipe, mean [min-max] over seeds {' '.join(map(str, args.seeds))}")
+        print(table(results, rows, args.seeds))
     if args.example:
         results.update(example(args, data, names, official_data, out))
     total = time.perf_counter() - start

@@ -16,6 +16,9 @@ import numpy as np
 from loguru import logger
 
 PAD_VALUE = 114  # letterbox / mosaic fill, as YOLOX
+# (min_size px, min_area_ratio, max_aspect) of box_candidates by default: what official YOLOX 0.3.0 keeps
+# (min side > 1 px); the exp's box_* fields set it for training
+DEFAULT_BOX_FILTER = (1.0, 0.0, math.inf)
 PIVOTS = ("centre", "origin")  # where the mosaic's random affine acts (see affine_matrix)
 
 
@@ -185,7 +188,7 @@ def warp_affine(
     labels: np.ndarray,
     matrix: np.ndarray,
     target_size: tuple[int, int],
-    box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
+    box_filter: tuple[float, float, float] = DEFAULT_BOX_FILTER,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Warp `img` (h, w, C), C = 3 or 4, by the 2x3 `matrix` into a `target_size` (H, W) canvas of C
     channels (bilinear, PAD_VALUE outside); labels (N, 5) follow, clipped and filtered (`box_filter`
@@ -257,7 +260,7 @@ class TrainTransform:
         max_labels: int = 120,
         flip_prob: float = 0.5,
         hsv_prob: float = 1.0,
-        box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
+        box_filter: tuple[float, float, float] = DEFAULT_BOX_FILTER,
     ) -> None:
         self.max_labels = max_labels
         self.flip_prob = flip_prob

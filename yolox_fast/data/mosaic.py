@@ -9,6 +9,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from yolox_fast.data.augment import (
+    DEFAULT_BOX_FILTER,
     PAD_VALUE,
     TrainTransform,
     affine_matrix,
@@ -75,7 +76,7 @@ class MosaicDetection(Dataset):
         enable_mixup: bool = True,
         mosaic_prob: float = 1.0,
         mixup_prob: float = 1.0,
-        box_filter: tuple[float, float, float] = (2.0, 0.1, 20.0),
+        box_filter: tuple[float, float, float] = DEFAULT_BOX_FILTER,
         seed: int = 0,
         affine_pivot: str = "centre",
     ) -> None:
