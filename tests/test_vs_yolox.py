@@ -283,6 +283,38 @@ def test_fidelity_benchmark_runs_both_sides(tmp_path):
         assert all(0.0 <= ap <= 1.0 for pair in results[side]["evals"].values() for ap in pair)
 
 
+def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc, tmp_path):
+    """`tools/benchmark.py finetune` as a user runs it (reference python) on their own folder of LabelImg
+    XML files, from a checkpoint whose BatchNorm is folded: official, official from the refitted weights,
+    ours; two tiny epochs."""
+    import shutil
+
+    import torch
+    from test_finetune import fold, nano, trained_like
+
+    python = reference_python()
+    if python is None:
+        pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    photos = tmp_path / "photos"
+    shutil.copytree(Path(tiny_shapes_voc["root"]) / "VOC2007" / "JPEGImages", photos)
+    for xml in (Path(tiny_shapes_voc["root"]) / "VOC2007" / "Annotations").glob("*.xml"):
+        shutil.copy(xml, photos)
+    weights = tmp_path / "coco_nano.pth"
+    torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
+    cmd = [python, str(REPO / "tools" / "benchmark.py"), "finetune", "--data", str(photos), "--weights",
+           str(weights), "--seeds", "0", "--epochs", "2", "--size", "64", "--batch", "4",
+           "--warmup-epochs", "1", "--no-aug-epochs", "0", "--workers", "0", "--out", str(tmp_path / "out")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "same recipe, mean [min-max] over seeds 0" in proc.stdout
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+    assert sorted(results) == ["official", "official-refitted", "ours"]
+    for row in results.values():
+        assert sorted(row["0"]["evals"], key=int) == ["1", "2"]
+        assert all(0.0 <= ap <= 1.0 for pair in row["0"]["evals"].values() for ap in pair)
+
+
 def test_setup_script_reuses_a_ready_environment(tmp_path):
     """tools/setup_yolox_reference.sh DIR on a ready environment prints its python and installs nothing."""
     python = reference_python()

@@ -84,12 +84,12 @@ def raccoon_description(out: Path) -> Path:
 
 def read_set(data: str, batch: int):
     """(class names, train records cut to a multiple of `batch`, val records) as yolox_fast reads them."""
-    from yolox_fast.data.build import build_eval_dataset, build_train_dataset
+    from yolox_fast.data.build import build_eval_dataset, build_train_dataset, dataset_class_names
     from yolox_fast.exp import Exp
 
     exp = Exp()
     exp.dataset = data
-    exp.num_classes = 10**6  # any count: the data's own names are what is read
+    exp.num_classes = len(dataset_class_names(exp))
     train, val = build_train_dataset(exp), build_eval_dataset(exp)
     keep = len(train.records) // batch * batch
     return train.class_names, train.records[:keep], val.records
