@@ -303,7 +303,8 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
     torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "finetune", "--data", str(photos), "--weights",
            str(weights), "--seeds", "0", "--epochs", "2", "--size", "64", "--batch", "4",
-           "--warmup-epochs", "1", "--no-aug-epochs", "0", "--workers", "0", "--out", str(tmp_path / "out")]  # fmt: skip
+           "--warmup-epochs", "1", "--no-aug-epochs", "0", "--workers", "0",
+           "--out", str(tmp_path / "out")]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
