@@ -166,6 +166,23 @@ def run_ours(args, dataset_json: Path, out: Path, seed: int) -> dict:
     }
 
 
+def add_recipe_arguments(parser: argparse.ArgumentParser, **defaults) -> None:
+    """The flags `recipe` reads (both side-by-side benchmarks take them), with this benchmark's defaults
+    unless `defaults` (flag name with underscores -> value) says otherwise."""
+    d = {"size": 160, "epochs": 30, "batch": 16, "workers": 2, "threads": 1, "warmup_epochs": 1,
+         "no_aug_epochs": 2, "basic_lr_per_img": 0.05 / 64, "min_lr_ratio": 0.05, "eval_interval": 5,
+         "mosaic_prob": 0.5, "mosaic_scale": [0.5, 1.5], "degrees": 10.0, "translate": 0.1, "shear": 2.0,
+         **defaults}  # fmt: skip
+    parser.add_argument("--size", type=int, default=d["size"], help="training and test input side (x 32)")
+    parser.add_argument("--mosaic-scale", type=float, nargs=2, default=d["mosaic_scale"])
+    for name in ("epochs", "batch", "warmup_epochs", "no_aug_epochs", "eval_interval"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=d[name])
+    for name in ("basic_lr_per_img", "min_lr_ratio", "mosaic_prob", "degrees", "translate", "shear"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=d[name])
+    parser.add_argument("--workers", type=int, default=d["workers"], help="data loader workers, each run")
+    parser.add_argument("--threads", type=int, default=d["threads"], help="torch threads, each run")
+
+
 def spread(values: Sequence[float]) -> str:
     if not values:
         return "-"
@@ -228,21 +245,7 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--image-size", type=int, default=160, help="long side of the generated images")
     p.add_argument("--non-square", type=float, default=0.5, help="share of non-square images")
     p.add_argument("--category-ids", type=int, nargs=4, default=[3, 7, 11, 20])
-    p.add_argument("--size", type=int, default=160, help="training and test input side (a multiple of 32)")
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--workers", type=int, default=2, help="data loader workers, each side")
-    p.add_argument("--threads", type=int, default=1, help="torch threads, each side")
-    p.add_argument("--warmup-epochs", type=int, default=1)
-    p.add_argument("--no-aug-epochs", type=int, default=2)
-    p.add_argument("--basic-lr-per-img", type=float, default=0.05 / 64)
-    p.add_argument("--min-lr-ratio", type=float, default=0.05)
-    p.add_argument("--eval-interval", type=int, default=5)
-    p.add_argument("--mosaic-prob", type=float, default=0.5)
-    p.add_argument("--mosaic-scale", type=float, nargs=2, default=[0.5, 1.5])
-    p.add_argument("--degrees", type=float, default=10.0)
-    p.add_argument("--translate", type=float, default=0.1)
-    p.add_argument("--shear", type=float, default=2.0)
+    add_recipe_arguments(p)
     p.add_argument("--ours-opts", nargs="*", default=[], help="extra exp overrides for ours: KEY VALUE ...")
     p.add_argument("--out", default="YOLOX_outputs/fidelity", help="data, logs and results.json go here")
     args = p.parse_args(argv)

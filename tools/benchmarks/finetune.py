@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from benchmarks.fidelity import add_recipe_arguments, spread
 from benchmarks.fidelity import recipe as fidelity_recipe
-from benchmarks.fidelity import spread
 from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
@@ -262,21 +262,16 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--data", default=None, help="dataset folder or description (default: the raccoon set)")
     p.add_argument("--weights", default=str(WEIGHTS), help="COCO-trained nano weights in official layout")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--size", type=int, default=416, help="training and test input side (a multiple of 32)")
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--warmup-epochs", type=int, default=1)
-    p.add_argument("--no-aug-epochs", type=int, default=2)
-    p.add_argument("--basic-lr-per-img", type=float, default=0.01 / 64)
-    p.add_argument("--min-lr-ratio", type=float, default=0.05)
-    p.add_argument("--degrees", type=float, default=10.0)
-    p.add_argument("--translate", type=float, default=0.1)
-    p.add_argument("--shear", type=float, default=2.0)
-    p.add_argument("--mosaic-prob", type=float, default=1.0)
-    p.add_argument("--mosaic-scale", type=float, nargs=2, default=[0.5, 1.5])
-    p.add_argument("--eval-interval", type=int, default=1)
-    p.add_argument("--workers", type=int, default=1, help="data loader workers, each run")
-    p.add_argument("--threads", type=int, default=1, help="torch threads, each run")
+    add_recipe_arguments(
+        p,
+        size=416,
+        epochs=15,
+        batch=8,
+        basic_lr_per_img=0.01 / 64,
+        mosaic_prob=1.0,
+        eval_interval=1,
+        workers=1,
+    )
     p.add_argument("--parallel", type=int, default=2, help="runs at a time")
     p.add_argument("--rows", nargs="*", default=["official", "official-refitted", "ours"],
                    choices=("official", "official-refitted", "ours"))  # fmt: skip
