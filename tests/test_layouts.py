@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import exp_for
 
@@ -305,3 +306,40 @@ def test_journey_voc_folder_of_any_name_through_a_description(tiny_shapes_voc, t
                                 "train": {"list": "ImageSets/Main/train.txt"},
                                 "val": {"list": "ImageSets/Main/val.txt"}}))  # fmt: skip
     _journey(str(desc), tmp_path / "out", root / "JPEGImages", tmp_path)
+
+
+def test_a_phone_photo_stored_sideways_and_annotated_as_stored_is_read_as_stored(tmp_path, log_lines, monkeypatch):
+    """LabelImg draws on the pixels as stored; OpenCV turns a photo upright by its EXIF orientation. The
+    boxes of such a photo fit only the stored pixels: training reads it as stored, the checker says so."""
+    from PIL import Image
+
+    from yolox_fast.data.check import check_images
+    from yolox_fast.data.datasets.base import DetectionDataset
+    from yolox_fast.data.datasets.problems import DatasetProblems
+
+    monkeypatch.setattr(DetectionDataset, "_warned_orientation", False)  # logged once per process
+
+    root = tmp_path / "phone"
+    (root / "images").mkdir(parents=True)
+    (root / "annotations").mkdir()
+    for k in range(3):  # stored 120 x 80 (w x h), EXIF orientation 6: OpenCV returns it 80 x 120
+        pixels = np.zeros((80, 120, 3), dtype=np.uint8)
+        pixels[10:30, 20 + k : 60 + k] = 255
+        photo = Image.fromarray(pixels)
+        exif = photo.getexif()
+        exif[0x0112] = 6
+        photo.save(root / "images" / f"p{k}.jpg", exif=exif.tobytes(), quality=95)
+        (root / "annotations" / f"p{k}.xml").write_text(
+            f"<annotation><filename>p{k}.jpg</filename><size><width>120</width><height>80</height></size>"
+            f"<object><name>spot</name><bndbox><xmin>{21 + k}</xmin><ymin>11</ymin><xmax>{60 + k}</xmax>"
+            "<ymax>30</ymax></bndbox></object></annotation>"
+        )
+    dataset = build_train_dataset(exp_for(str(root), num_classes=1, input_size=(80, 120)))
+    img = dataset.load_image(0)
+    assert img.shape == (80, 120, 3)
+    x1, y1, x2, y2 = (int(v) for v in dataset.records[0].boxes[0])
+    assert img[y1:y2, x1:x2].mean() > 200 and img[40:, :].mean() < 30  # the box is on the spot
+    assert sum("stored sideways" in m for m in log_lines) == 1
+    problems = DatasetProblems(collect=True)
+    check_images(dataset, problems)
+    assert problems.count("image stored sideways, annotated as stored") == len(dataset)

@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 import torch
 from loguru import logger
+from PIL import Image
 from tabulate import tabulate
 
 from yolox_fast.data.build import build_checked_dataset, dataset_config
@@ -135,6 +136,7 @@ def check_images(dataset: DetectionDataset, problems: DatasetProblems, decode: b
     then goes unnoticed)."""
 
     def size(path: str) -> tuple[int, int] | None:
+        """(h, w) as OpenCV decodes the file (turned upright by its EXIF orientation)."""
         if decode:
             img = cv2.imread(path, cv2.IMREAD_COLOR)
             return None if img is None else img.shape[:2]
@@ -146,13 +148,29 @@ def check_images(dataset: DetectionDataset, problems: DatasetProblems, decode: b
     with ThreadPoolExecutor(READ_THREADS) as pool:
         sizes = list(pool.map(size, dataset.image_files()))
     for rec, hw in zip(dataset.records, sizes):
+        annotated = (rec.height, rec.width)
         if hw is None:
             problems.error("unreadable image", f"{rec.file}: cannot be {'decoded' if decode else 'opened'}")
+        elif tuple(hw) == annotated[::-1] != annotated and _stored_size(rec.file) == annotated:
+            problems.note(
+                "image stored sideways, annotated as stored",
+                f"{rec.file}: EXIF turns it to {hw[1]}x{hw[0]}, its boxes are drawn on the {rec.width}x"
+                f"{rec.height} pixels as stored (as LabelImg does): training and evaluation read it so",
+            )
         elif tuple(hw) != (rec.height, rec.width):
             problems.note(
                 "image size differs from its annotation",
                 f"{rec.file}: the file is {hw[1]}x{hw[0]}, the annotation says {rec.width}x{rec.height}",
             )
+
+
+def _stored_size(path: str) -> tuple[int, int] | None:
+    """(h, w) of the pixels as stored, before any EXIF orientation."""
+    try:
+        with Image.open(path) as img:
+            return img.size[1], img.size[0]
+    except (OSError, ValueError):
+        return None
 
 
 def _box(b: np.ndarray) -> str:

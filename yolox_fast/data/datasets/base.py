@@ -162,6 +162,8 @@ class DetectionDataset(Dataset):
     missing image files are recorded there and left out.
     """
 
+    _warned_orientation = False
+
     def __init__(
         self,
         name: str,
@@ -222,13 +224,29 @@ class DetectionDataset(Dataset):
         self.cache = cache
 
     def load_image(self, index: int) -> np.ndarray:
-        """The original BGR uint8 image (h, w, 3); CorruptImageError naming the file if undecodable."""
-        path = self.records[index].file
-        img = cv2.imread(path, cv2.IMREAD_COLOR)
+        """The original BGR uint8 image (h, w, 3) in the frame its boxes were drawn in; CorruptImageError
+        naming the file if undecodable.
+
+        OpenCV turns a photo upright by its EXIF orientation. LabelImg draws on the pixels as stored, so a
+        phone photo stored sideways has its boxes and <size> in the stored frame: when the decoded image is
+        the annotation's size turned by 90 degrees, it is read again as stored, and the boxes fit it.
+        """
+        rec = self.records[index]
+        img = cv2.imread(rec.file, cv2.IMREAD_COLOR)
         if img is None:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"{self.split}: image file not found: {path}")
-            raise CorruptImageError(f"{self.split}: cannot decode image {path}")
+            if not os.path.isfile(rec.file):
+                raise FileNotFoundError(f"{self.split}: image file not found: {rec.file}")
+            raise CorruptImageError(f"{self.split}: cannot decode image {rec.file}")
+        if img.shape[:2] == (rec.width, rec.height) and rec.width != rec.height:
+            stored = cv2.imread(rec.file, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+            if stored is not None and stored.shape[:2] == (rec.height, rec.width):
+                if not DetectionDataset._warned_orientation:
+                    DetectionDataset._warned_orientation = True
+                    logger.warning(
+                        f"{rec.file} is stored sideways with an EXIF orientation and annotated as stored (as "
+                        "LabelImg does): such images are read as stored so that their boxes fit. Logged once."
+                    )
+                img = stored
         return img
 
     def load_resized_img(self, index: int) -> np.ndarray:
