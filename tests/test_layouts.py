@@ -24,6 +24,7 @@ from yolox_fast.evaluators.voc import VOCEvaluator
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
+FINETUNE_EXP = str(REPO / "exps" / "example" / "finetune_nano.py")
 
 
 def _boxes(dataset) -> dict[str, list]:
@@ -269,26 +270,36 @@ TINY = ["input_size", "(64,64)", "test_size", "(64,64)", "random_size", "(2,2)",
         "max_epoch", "1", "no_aug_epochs", "0", "warmup_epochs", "0", "seed", "0"]  # fmt: skip
 
 
-def _journey(dataset: str, out: Path, images: Path, cwd: Path) -> str:
-    """check -> train one short epoch -> eval -> demo, each a fresh process, on `dataset` as typed."""
+def _journey(dataset: str, out: Path, images: Path, cwd: Path, exp: str = SHAPES_EXP, *flags: str) -> str:
+    """check -> train one short epoch (`flags`: e.g. -c weights) -> eval -> demo, each a fresh process, on
+    `dataset` as typed."""
     check = _run("check_dataset", "--dataset", dataset, "--output", str(out / "check"), cwd=cwd)
     assert "0 errors" in check, check[-3000:]
-    args = ["-f", SHAPES_EXP, "dataset", dataset, "output_dir", str(out), *TINY]
-    train = _run("train", *args[:2], "-b", "2", "-l", "none", *args[2:], cwd=cwd)
-    assert (out / "shapes_nano" / "best_ckpt.pth").is_file(), train[-3000:]
+    name = Path(exp).stem
+    args = ["-f", exp, "dataset", dataset, "output_dir", str(out), *TINY]
+    train = _run("train", *args[:2], "-b", "2", "-l", "none", *flags, *args[2:], cwd=cwd)
+    assert (out / name / "best_ckpt.pth").is_file(), train[-3000:]
     evaluated = _run("eval", *args, "-b", "4", cwd=cwd)
     assert "Average Precision" in evaluated and "| circle" in evaluated, evaluated[-3000:]
     _run("demo", "image", *args, "--path", str(images), "--save-json", "-b", "4", cwd=cwd)
-    saved = sorted((out / "shapes_nano" / "vis_res").glob("*/detections.json"))
+    saved = sorted((out / name / "vis_res").glob("*/detections.json"))
     assert saved and len(json.loads(saved[-1].read_text())) == len(list(images.glob("*.jpg")))
     return train
 
 
 @pytest.mark.slow
-def test_journey_labelimg_folder_as_it_is(tiny_shapes_voc, tmp_path):
+def test_journey_labelimg_folder_as_it_is_fine_tuned_by_the_example_exp(tiny_shapes_voc, tmp_path):
+    """The fine-tuning example as its docstring says to run it: -c COCO-style weights (80 classes, BatchNorm
+    folded), dataset = the folder LabelImg wrote; the class count comes from the data."""
+    import torch
+    from test_finetune import fold, nano, trained_like
+
     root = labelimg_folder(tiny_shapes_voc, tmp_path / "my labelled photos")
-    train = _journey(str(root), tmp_path / "out", root / "images", tmp_path)
+    weights = tmp_path / "yolox_nano.pth"
+    torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
+    train = _journey(str(root), tmp_path / "out", root / "images", tmp_path, FINETUNE_EXP, "-c", str(weights))
     assert "read as LabelImg" in train and "split by val_ratio 0.2" in train
+    assert "re-estimated them on" in train and "6: circle" in train
 
 
 @pytest.mark.slow
@@ -308,7 +319,9 @@ def test_journey_voc_folder_of_any_name_through_a_description(tiny_shapes_voc, t
     _journey(str(desc), tmp_path / "out", root / "JPEGImages", tmp_path)
 
 
-def test_a_phone_photo_stored_sideways_and_annotated_as_stored_is_read_as_stored(tmp_path, log_lines, monkeypatch):
+def test_a_phone_photo_stored_sideways_and_annotated_as_stored_is_read_as_stored(
+    tmp_path, log_lines, monkeypatch
+):
     """LabelImg draws on the pixels as stored; OpenCV turns a photo upright by its EXIF orientation. The
     boxes of such a photo fit only the stored pixels: training reads it as stored, the checker says so."""
     from PIL import Image

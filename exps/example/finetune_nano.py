@@ -24,7 +24,6 @@ class Exp(NanoExp):
         self.mosaic_prob = 1.0
         self.random_size = (13, 13)  # one input size: 416 px
         self.basic_lr_per_img = 0.01 / 64
-        self.ema_ramp = 200.0  # an average over the last ~200 steps, not YOLOX's ~2000 (a short run)
         self.batch_size = 8
         self.data_num_workers = 2
         self.save_history_ckpt = False
