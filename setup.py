@@ -62,7 +62,10 @@ setup(
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
     ],
     extras_require={
-        "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime", "ruff"],
+        # the trackers' tests run W&B (offline) and MLflow (SQLite, a local server) for real
+        "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime", "ruff", "wandb", "mlflow"],
         "onnx": ["onnx", "onnxruntime"],
+        "wandb": ["wandb"],  # -l wandb
+        "mlflow": ["mlflow"],  # -l mlflow
     },
 )

@@ -9,6 +9,7 @@ import argparse
 
 from loguru import logger
 
+from yolox_fast.core import trackers
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.core.launch import launch
 from yolox_fast.core.trainer import run_training
@@ -77,10 +78,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-l",
         "--logger",
-        type=str,
+        type=trackers.parse_logger,
         default="tensorboard",
-        choices=["tensorboard", "none"],
-        help="tensorboard writes scalars and batch images under the output folder",
+        help="where metrics, pictures and checkpoints go besides the output folder: tensorboard (default), "
+        "wandb, mlflow, several joined by commas (tensorboard,mlflow) or none; W&B and MLflow options are "
+        "trailing words: wandb-project NAME, mlflow-experiment_name NAME, ... (docs/training.md)",
     )
     return parser
 
@@ -88,6 +90,9 @@ def make_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     """Parsed flags with the exp-dependent defaults (batch size, experiment name) filled in."""
     args = parse_with_overrides(make_parser(), argv)
+    # YOLOX's wandb-KEY / mlflow-KEY words are the trackers' options, not exp overrides
+    args.opts, args.tracker_options = trackers.split_options(args.opts)
+    trackers.check(args.logger, args.tracker_options)  # a missing package is an error now, not hours later
     exp = build_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every worker
     if args.batch_size is None:
         args.batch_size = exp.batch_size

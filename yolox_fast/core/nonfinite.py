@@ -1,11 +1,12 @@
 """NonFiniteGuard: a training step whose loss or gradient is not finite is not applied, and weights that are
 not finite are never saved.
 
-One step's story: `snapshot_bn()` copies the BatchNorm statistics before the forward pass (which folds the
-batch into them); after backward `check_step()` asks every rank at once whether its loss or gradients
-are finite and whether a stop signal arrived (one collective, one host sync); a bad step is `skip_step()`-ed:
-its statistics are put back, it is counted, and MAX_NONFINITE_STREAK in a row stop the run naming the
-checkpoints that hold good weights. `check_weights()` runs before every checkpoint is written.
+One step's story: `snapshot_bn()` copies the BatchNorm statistics before the forward passes (which fold the
+step's batches into them; several with gradient accumulation); after the last backward `check_step()` asks
+every rank at once whether its loss or gradients are finite and whether a stop signal arrived (one
+collective, one host sync); a bad step is `skip_step()`-ed: its statistics are put back, it is counted, and
+MAX_NONFINITE_STREAK in a row stop the run naming the checkpoints that hold good weights. `check_weights()`
+runs before every checkpoint is written.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class NonFiniteGuard:
     def snapshot_bn(self) -> None:
         torch._foreach_copy_(self._bn_backup, self._bn_stats)
 
+    def restore_bn(self) -> None:
+        """Put back the statistics of the last `snapshot_bn` (the step's forward passes folded theirs in)."""
+        torch._foreach_copy_(self._bn_stats, self._bn_backup)
+
     def check_step(self, loss: torch.Tensor, stop_requested: bool) -> tuple[bool, bool, bool]:
         """(non-finite loss on some rank, non-finite gradient, a stop signal on some rank), agreed by all
         ranks in one collective: a rank that skipped the step while others took it would hang DDP.
@@ -81,7 +86,7 @@ class NonFiniteGuard:
             # fp16 overflow at a loss scale >= 1: the scaler's own business (it lowers the scale), and
             # the statistics of the forward pass are sound
             return
-        torch._foreach_copy_(self._bn_stats, self._bn_backup)  # the forward pass folded the bad batch in
+        self.restore_bn()
         self.streak += 1
         values = ", ".join(f"{k} {v:.4g}" for k, v in losses.items())
         what = "loss" if bad_loss else "gradient (the loss was finite)"

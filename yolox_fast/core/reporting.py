@@ -1,8 +1,9 @@
 """What a training run tells its user, apart from its checkpoints: the start-up summary (environment and exp
-fields, one screen), the progress line with ETA and its TensorBoard scalars, a few augmented training
-images with their boxes in TensorBoard, and `demo.jpg` at the end.
+fields, one screen), the progress line with ETA and its scalars for the trackers (`core/trackers.py`), a few
+augmented training images with their boxes and validation images with their detections for the trackers,
+how an extended run's schedule goes on, and `demo.jpg` at the end.
 
-Each function reads the Trainer it is given and changes nothing in it.
+Each function reads the Trainer it is given and changes nothing in it (`start_trackers` returns its trackers).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from loguru import logger
 from tabulate import tabulate
 
+from yolox_fast.core import trackers
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, write_demo_image
 from yolox_fast.core.launch import launcher_name
 from yolox_fast.data.datasets.base import CorruptImageError
@@ -45,6 +47,24 @@ def cache_summary(cache_asked: str | None, cache) -> str:
     return f"{cache_asked}: {cache.path} ({cache.nbytes / 2**30:.2f} GiB)"
 
 
+def batch_summary(trainer) -> str:
+    """The batch as the run takes it: total, per process, and the accumulation to the nominal batch."""
+    text = f"{trainer.batch_size} total, {trainer.batch_size // trainer.world_size} per process"
+    if trainer.accumulate > 1:
+        text += (
+            f"; {trainer.accumulate} batches accumulated per optimizer step = {trainer.step_batch} images "
+            "(nominal_batch_size): lr, warmup and EMA follow it"
+        )
+    return text
+
+
+def log_trainable(model: torch.nn.Module, freeze: str) -> None:
+    """The trainable parameter count after freezing (exp.freeze)."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    logger.info(f"trainable parameters: {trainable:,} of {total:,} (freeze: {freeze})")
+
+
 def log_run_summary(trainer) -> None:
     """The environment and the exp's fields as two tables, on rank 0, at the start of a run."""
     if trainer.rank != 0:
@@ -65,9 +85,9 @@ def log_run_summary(trainer) -> None:
         ),
         ("launcher", launcher_name()),
         ("amp", str(trainer.amp_dtype).replace("torch.", "") if trainer.amp_dtype else "off (fp32)"),
-        ("batch", f"{trainer.batch_size} total, {trainer.batch_size // trainer.world_size} per process"),
-        ("lr", f"{trainer.exp.basic_lr_per_img * trainer.batch_size:.4g} ({trainer.exp.scheduler})"),
-        ("iterations", f"{trainer.max_iter} per epoch x {trainer.max_epoch} epochs"),
+        ("batch", batch_summary(trainer)),
+        ("lr", f"{trainer.exp.basic_lr_per_img * trainer.step_batch:.4g} ({trainer.exp.scheduler})"),
+        ("iterations", f"{trainer.max_iter} optimizer steps per epoch x {trainer.max_epoch} epochs"),
         ("start", f"epoch {trainer.start_epoch + 1}, iteration {trainer.start_iter}"),
         (
             "classes",
@@ -78,6 +98,10 @@ def log_run_summary(trainer) -> None:
         ("output", trainer.run_dir),
         ("command", " ".join(sys.argv)),
     ]
+    if trainer.exp.grad_checkpoint:
+        env.append(
+            ("activation checkpointing", "on (python tools/benchmark.py train --grad-checkpoint measures it)")
+        )
     # the exp's fields three per row, so that environment and exp fit one screen
     fields = [(k, _short(v)) for k, v in sorted(trainer.exp.fields().items())]
     rows = [sum(fields[i : i + 3], ()) for i in range(0, len(fields), 3)]
@@ -90,8 +114,8 @@ def log_run_summary(trainer) -> None:
 
 
 def log_progress(trainer) -> None:
-    """Every exp.print_interval iterations: the progress line (losses, lr, speed, ETA) and, with
-    TensorBoard, the lr and the losses."""
+    """Every exp.print_interval optimizer steps: the progress line (losses, lr, speed, ETA) and the lr and
+    the losses for the trackers, at the global step."""
     meter = trainer.meter
     if (trainer.iter + 1) % trainer.exp.print_interval != 0 or "iter_time" not in meter:
         return
@@ -106,30 +130,80 @@ def log_progress(trainer) -> None:
         f"mem: {memory_mb(trainer.device):.0f}Mb, iter_time: {iter_time:.3f}s, "
         f"data_time: {meter['data_time'].avg:.3f}s, {losses}, lr: {meter['lr'].latest:.3e}, "
         f"size: {trainer.input_size[0]}x{trainer.input_size[1]}, "
-        f"img/s: {trainer.batch_size / iter_time:.1f}, ETA: {datetime.timedelta(seconds=int(eta))}"
+        f"img/s: {trainer.step_batch / iter_time:.1f}, ETA: {datetime.timedelta(seconds=int(eta))}"
     )
-    if trainer.tblogger is not None:
-        step = trainer.progress_in_iter + 1
-        trainer.tblogger.add_scalar("train/lr", meter["lr"].latest, step)
-        for k in LOSS_KEYS:
-            if k in meter:
-                trainer.tblogger.add_scalar(f"train/{k}", meter[k].avg, step)
+    scalars = {
+        "train/lr": meter["lr"].latest,
+        **{f"train/{k}": meter[k].avg for k in LOSS_KEYS if k in meter},
+    }
+    trainer.trackers.log_metrics(scalars, trainer.progress_in_iter + 1)
 
 
 def log_batch_images(trainer, inps: torch.Tensor, targets: torch.Tensor, count: int = 4) -> None:
-    """A few training images with their boxes in TensorBoard: the first iteration of the run and of the
-    no-aug phase."""
-    if trainer.tblogger is None or trainer.iter != 0:
+    """A few training images with their boxes for the trackers: the first step of the run and of the no-aug
+    phase."""
+    if not trainer.trackers or trainer.iter != 0:
         return
     if trainer.epoch != trainer.start_epoch and trainer.epoch != trainer.mosaic_close_epoch:
         return
     drawn = []
     for img, labels in zip(inps[:count].detach().float().cpu(), targets[:count].detach().float().cpu()):
         bgr = np.ascontiguousarray(img.clamp(0, 255).byte().permute(1, 2, 0).numpy())
-        rgb = draw_targets(bgr, labels.numpy(), trainer.class_names)[..., ::-1]
-        drawn.append(torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1))
+        drawn.append(np.ascontiguousarray(draw_targets(bgr, labels.numpy(), trainer.class_names)[..., ::-1]))
     phase = "no_aug" if trainer.no_aug else "mosaic"
-    trainer.tblogger.add_images(f"train_batch/{phase}", torch.stack(drawn), trainer.progress_in_iter)
+    trainer.trackers.log_images(f"train_batch/{phase}", drawn, trainer.progress_in_iter)
+
+
+def start_trackers(trainer, ckpt: dict[str, Any] | None) -> trackers.Trackers:
+    """Rank 0's trackers (-l), started with the exp's fields and the run's settings as their config; a
+    resumed run continues the W&B / MLflow runs its checkpoint names ("tracker_runs")."""
+    args = trainer.args
+    names = trackers.parse_logger(args.logger) if isinstance(args.logger, str) else tuple(args.logger)
+    group = trackers.build(names, getattr(args, "tracker_options", {}))
+    config = {
+        **trainer.exp.fields(),
+        "batch_size": trainer.batch_size,  # -b, which the exp's batch_size is only the default of
+        "accumulate": trainer.accumulate,
+        "world_size": trainer.world_size,
+        "amp": str(trainer.amp_dtype).replace("torch.", "") if trainer.amp_dtype else "fp32",
+        "command": " ".join(sys.argv),
+    }
+    previous = dict((ckpt or {}).get("tracker_runs") or {})
+    group.start(
+        trackers.RunStart(trainer.run_dir, args.experiment_name, config, trainer.start_progress + 1, previous)
+    )
+    return group
+
+
+def log_eval_samples(trainer) -> None:
+    """The first validation images of the last evaluation with their detections, for the trackers that show
+    them (W&B's wandb-num_eval_images); a picture, so a failure is a warning."""
+    count = trainer.trackers.eval_images
+    if not count:
+        return
+    try:
+        samples = trackers.eval_samples(trainer.evaluator, count)
+    except Exception as err:  # noqa: BLE001 -- an unreadable image must not end training
+        logger.warning(f"validation images for the trackers not logged: {type(err).__name__}: {err}")
+        return
+    trainer.trackers.log_detections(samples, trainer.class_names, trainer.epoch + 1)
+
+
+def log_extension(trainer, ckpt: dict[str, Any]) -> None:
+    """A resume with another max_epoch than its checkpoint's run (`--resume max_epoch 400` on a 300-epoch
+    run): the schedule is the new run's from the resume point on, said in one line."""
+    before = (ckpt.get("exp") or {}).get("max_epoch")
+    if before is None or before == trainer.max_epoch:
+        return
+    lr = trainer.lr_scheduler.update_lr(trainer.progress_in_iter_at(trainer.start_epoch, trainer.start_iter))
+    close = trainer.mosaic_close_epoch
+    mosaic = "off (the no-aug epochs)" if trainer.start_epoch >= close else f"on until epoch {close}"
+    logger.info(
+        f"max_epoch {before} -> {trainer.max_epoch}: from epoch {trainer.start_epoch + 1} on the schedule is "
+        f"the {trainer.max_epoch}-epoch run's: lr {lr:.4g} (that curve's value here, warmup and cosine over "
+        f"{trainer.max_epoch} epochs, flat for the last {trainer.exp.no_aug_epochs}), mosaic and mixup "
+        f"{mosaic}"
+    )
 
 
 def write_final_demo(trainer, model: torch.nn.Module) -> None:

@@ -1,21 +1,18 @@
-"""Trainer: the YOLOX training loop (native AMP, DDP, EMA, multi-scale, exact resume, signal-safe
-checkpoints).
+"""Trainer: the YOLOX training loop (native AMP, DDP, EMA, multi-scale, gradient accumulation, exact resume,
+signal-safe checkpoints). Reading order: `train` -> `before_train` -> per epoch `before_epoch`,
+`train_in_epoch` (calls `train_one_iter`, the whole step in one straight line), `after_epoch`; `after_train`.
 
-Reading order: `train` -> `before_train` -> per epoch `before_epoch`, `train_in_epoch` (calls
-`train_one_iter`, the whole step in one straight line) and `after_epoch` -> `after_train`.
-
-The data path of one step, as `train_one_iter` reads it: `data/datasets/*` (records, decode, resize) ->
-`data/mosaic.py` (mosaic, affine, mixup) -> `data/augment.py` `TrainTransform` (HSV, flip, letterbox;
-uint8) -> `data/loader.py` (seeded batch sampler, collate) -> `_next_batch` (to the device, float,
-channels_last) -> `exp.preprocess` (multi-scale) -> `models/yolox.py` -> `models/head.py` ->
-`models/losses.py` (`YOLOXLoss`, `yolox_loss`) -> `models/simota.py` (`simota_assign`) -> backward ->
-`core/nonfinite.py` (the finiteness check) -> SGD step -> `utils/ema.py`. What the run reports (summary,
-progress line, TensorBoard, demo.jpg) is `core/reporting.py`.
+One step: `data/datasets/*` (decode, resize) -> `data/mosaic.py` -> `data/augment.py` `TrainTransform` ->
+`data/loader.py` -> `_next_batch` (to the device, float, channels_last) -> `exp.preprocess` (multi-scale) ->
+`models/yolox.py` -> `models/head.py` -> `models/losses.py` -> `models/simota.py` -> backward (over several
+batches with a nominal batch, `core/accumulation.py`) -> `core/nonfinite.py` -> SGD step -> `utils/ema.py`.
+What the run reports: `core/reporting.py` (summary, progress, demo.jpg), `core/trackers.py` (TensorBoard, W&B,
+MLflow), `core/results.py` (results.csv and .png).
 """
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import os
 import random
 import signal
@@ -27,12 +24,14 @@ import torch
 from loguru import logger
 from torch import nn
 
-from yolox_fast.core import reporting
+from yolox_fast.core import reporting, trackers
+from yolox_fast.core.accumulation import accumulation_steps, steps_per_epoch
 from yolox_fast.core.best_metric import check_best_metric, metric_label, metric_value, resumed_best
 from yolox_fast.core.nonfinite import NonFiniteGuard
+from yolox_fast.core.results import EpochResults
 from yolox_fast.core.stop_signal import StopSignal, TrainingStopped
 from yolox_fast.evaluators.report import record_training_eval
-from yolox_fast.models.folded_bn import has_folded_bn, refit_on_images
+from yolox_fast.models.folded_bn import has_folded_bn, refit_finetune_weights
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype, autocast
 from yolox_fast.utils.checkpoint import (
@@ -47,13 +46,6 @@ from yolox_fast.utils.logger import setup_logger
 from yolox_fast.utils.metric import MeterBuffer
 from yolox_fast.utils.run_lock import RunLockError, claim_output_folder
 
-# BN statistics stay per rank while training, as in YOLOX (they are averaged before each eval);
-# newer torch names the switch forward_sync_buffers and deprecates broadcast_buffers
-_NO_BUFFER_SYNC = (
-    {"forward_sync_buffers": False}
-    if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel).parameters
-    else {"broadcast_buffers": False}
-)
 MULTISCALE_EVERY = 10  # iterations between two draws of the multi-scale input size
 
 
@@ -78,6 +70,8 @@ class Trainer:
                 f"-b {args.batch_size} must be a multiple of the number of processes ({self.world_size})"
             )
         self.batch_size = args.batch_size
+        self.accumulate = accumulation_steps(exp.nominal_batch_size, args.batch_size)  # batches per step
+        self.step_batch = self.batch_size * self.accumulate  # images per optimizer step: lr, warmup, EMA
         self.device = dist_utils.local_device()
         self.run_dir = os.path.join(exp.output_dir, args.experiment_name)
         setup_logger(self.run_dir, distributed_rank=self.rank, filename="train_log.txt", mode="a")
@@ -102,7 +96,7 @@ class Trainer:
         self.iter = 0
         self.no_aug = False
         self.meter = MeterBuffer(window=exp.print_interval)
-        self.tblogger = None
+        self.trackers = trackers.Trackers()  # rank 0's TensorBoard / W&B / MLflow (-l)
         self.ema_model: ModelEMA | None = None
         self.stop_signal = StopSignal()
 
@@ -117,13 +111,15 @@ class Trainer:
                 self.after_epoch()
                 if self.stopped_early:
                     break
-        except TrainingStopped:
-            raise
-        except Exception:
-            # a signal made the data loader or a collective fail before the step finished: the
-            # weights are those of the last finished iteration, which is what gets saved
-            if self.stop_signal.signum is None:
+        except Exception as err:
+            stopped = isinstance(err, TrainingStopped) or self.stop_signal.signum is not None
+            self.trackers.finish("KILLED" if stopped else "FAILED")  # KILLED: a resume continues the runs
+            if not stopped or isinstance(err, TrainingStopped):
                 raise
+            # a signal made the data loader or a collective fail before the step finished: the weights are
+            # those of the last finished step (a step cut short gives back its BN statistics), saved so
+            if self._in_step:
+                self.guard.restore_bn()
             raise TrainingStopped(self.stop_signal.signum, self._save_interrupted()) from None
         finally:
             self.stop_signal.restore()
@@ -138,21 +134,16 @@ class Trainer:
                 raise TrainingStopped(self.stop_signal.signum or signal.SIGTERM, self._save_interrupted())
 
     def train_one_iter(self) -> bool:
-        """One optimisation step; returns True when every rank agreed to stop after it (signal)."""
+        """One optimizer step (over `accumulate` batches); returns True when every rank agreed to stop after
+        it (signal). A signal during an accumulation takes effect once its step is done."""
         t0 = time.perf_counter()
-        inps, targets = self._next_batch()
-        inps, targets = self.exp.preprocess(inps, targets, self.input_size)
-        data_time = time.perf_counter() - t0
-        reporting.log_batch_images(self, inps, targets)
         lr = self._set_lr(self.progress_in_iter)
         self.guard.snapshot_bn()
-
-        with autocast(self.device, self.amp_dtype):
-            outputs = self.model(inps, targets)
+        self._in_step = True
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(outputs["total_loss"]).backward()
+        outputs, data_time = self._accumulate_gradients()
         if self.scaler.is_enabled():
-            self.scaler.unscale_(self.optimizer)  # true gradients for the finiteness check and the clip
+            self.scaler.unscale_(self.optimizer)  # once per step: true gradients for the check and the clip
 
         bad_loss, bad_grads, stop = self.guard.check_step(
             outputs["total_loss"], self.stop_signal.signum is not None
@@ -169,21 +160,47 @@ class Trainer:
             if self.ema_model is not None:
                 self.ema_model.update(self.model)
         self.scaler.update()  # fp16: an overflow lowers the loss scale
-        self._finished = (self.epoch, self.iter + 1)
+        self._finished, self._in_step = (self.epoch, self.iter + 1), False
 
         if (self.progress_in_iter + 1) % MULTISCALE_EVERY == 0:
             self.input_size = tuple(
                 self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed)
             )
         if not skip:
-            self.meter.update(
-                iter_time=time.perf_counter() - t0,
-                data_time=data_time,
-                lr=lr,
-                **{k: outputs[k] for k in reporting.LOSS_KEYS if k in outputs},
-            )
+            losses = {k: float(outputs[k]) for k in reporting.LOSS_KEYS if k in outputs}
+            self.meter.update(iter_time=time.perf_counter() - t0, data_time=data_time, lr=lr, **losses)
+            self.results.add_step(losses)
         reporting.log_progress(self)
         return stop
+
+    def _accumulate_gradients(self) -> tuple[dict[str, Any], float]:
+        """Forward and backward `accumulate` batches into the gradient of one batch of all their images
+        (BatchNorm aside). YOLOX divides a batch's loss sums by its foreground count ("fg_count"): each
+        batch's loss is weighted by its count, the sum divided by the total count. Returns the losses of all
+        the images together and the time spent waiting for data."""
+        sums: dict[str, Any] = {}
+        counts, data_time = [], 0.0
+        for micro in range(self.accumulate):
+            t0 = time.perf_counter()
+            inps, targets = self.exp.preprocess(*self._next_batch(), self.input_size)
+            data_time += time.perf_counter() - t0
+            if micro == 0:
+                reporting.log_batch_images(self, inps, targets)
+            # under DDP the gradients are all-reduced once, in the backward of the last batch
+            sync = not self.is_distributed or micro == self.accumulate - 1
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                with autocast(self.device, self.amp_dtype):
+                    outputs = self.model(inps, targets)
+                counts.append(torch.as_tensor(outputs.get("fg_count", 1.0), device=self.device).detach())
+                weight = counts[-1].clamp(min=1.0) / counts[0].clamp(min=1.0)  # relative: usual magnitudes
+                self.scaler.scale(outputs["total_loss"] * weight).backward()
+            for k in (k for k in reporting.LOSS_KEYS if k in outputs):  # num_fg, a per-GT figure: averaged
+                value = torch.as_tensor(outputs[k]).detach()
+                sums[k] = sums.get(k, 0.0) + (value if k == "num_fg" else value * weight)
+        scale = counts[0].clamp(min=1.0) / torch.stack(counts).sum().clamp(min=1.0)  # 1 for one batch
+        if self.accumulate > 1:
+            torch._foreach_mul_([p.grad for p in self.guard.params if p.grad is not None], scale)
+        return {k: v / self.accumulate if k == "num_fg" else v * scale for k, v in sums.items()}, data_time
 
     # ------------------------------------------------------------------ phases
     def before_train(self) -> None:
@@ -193,7 +210,7 @@ class Trainer:
         model = self.exp.get_model().to(self.device)
         self.memory_format = torch.channels_last if self.exp.channels_last else torch.contiguous_format
         model.to(memory_format=self.memory_format)
-        self.optimizer = self.exp.get_optimizer(self.batch_size)
+        self.optimizer = self.exp.get_optimizer(self.step_batch)
         ckpt = self._load_starting_point(model)
 
         self.no_aug = self.start_epoch >= self.mosaic_close_epoch
@@ -206,40 +223,38 @@ class Trainer:
         )
         self.class_names = tuple(self.train_loader.images.class_names)
         if self.finetune_from and self.exp.refit_folded_bn and has_folded_bn(model):
-            self._refit_folded_bn(model)
+            refit_finetune_weights(
+                model, self.train_loader.images, self.device, self.memory_format, self.finetune_from
+            )
         if self.exp.freeze != "none":
             model.freeze(self.exp.freeze)
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in model.parameters())
-        logger.info(f"trainable parameters: {trainable:,} of {total:,} (freeze: {self.exp.freeze})")
-        self.max_iter = len(self.train_loader)
+        reporting.log_trainable(model, self.exp.freeze)
+        self.max_iter = steps_per_epoch(len(self.train_loader), self.accumulate, self.batch_size)
+        self.start_progress = self.progress_in_iter_at(self.start_epoch, self.start_iter)
         # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
-        self.train_loader.skip_to(self.progress_in_iter_at(self.start_epoch, self.start_iter))
-        self._finished = (self.start_epoch, self.start_iter)
+        self.train_loader.skip_to(self.start_progress * self.accumulate)
+        self._finished, self._in_step = (self.start_epoch, self.start_iter), False
         self.batches = iter(self.train_loader)  # endless: the loader restarts itself
         self.lr_scheduler = self.exp.get_lr_scheduler(
-            self.exp.basic_lr_per_img * self.batch_size, self.max_iter
+            self.exp.basic_lr_per_img * self.step_batch, self.max_iter
         )
+        if ckpt is not None:
+            reporting.log_extension(self, ckpt)
         if self.no_aug:
             model.enable_l1_loss()
-        if self.exp.grad_checkpoint:
-            logger.info(
-                "activation checkpointing on (`python tools/benchmark.py train --grad-checkpoint` "
-                "measures its memory saving)"
-            )
 
         if self.exp.ema:
             self.ema_model = ModelEMA(model, 0.9998, ramp=self.exp.ema_ramp)
             if ckpt is not None:
                 self.ema_model.load_state_dict(
-                    ckpt.get("ema") or {"updates": self.start_epoch * self.max_iter + self.start_iter},
+                    ckpt.get("ema") or {"updates": self.start_progress},
                     ckpt["model"],
                 )
         if self.is_distributed:
             model = nn.parallel.DistributedDataParallel(
                 model,
                 device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                **_NO_BUFFER_SYNC,
+                **dist_utils.DDP_NO_BUFFER_SYNC,
             )
         self.model = model
         self.model.train()
@@ -249,17 +264,16 @@ class Trainer:
         self.evaluator = self.exp.get_evaluator(
             batch_size=self.batch_size // self.world_size, is_distributed=self.is_distributed
         )
-        if self.rank == 0 and self.args.logger == "tensorboard":
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tblogger = SummaryWriter(os.path.join(self.run_dir, "tensorboard"))
+        self.results = EpochResults(self.run_dir, self.start_epoch, enabled=self.rank == 0)
         self.stop_signal.install()
         reporting.log_run_summary(self)
+        if self.rank == 0:  # last: a run that fails to start opens no tracker run
+            self.trackers = reporting.start_trackers(self, ckpt)
         self.train_start = time.perf_counter()
-        self.start_progress = self.progress_in_iter_at(self.start_epoch, self.start_iter)
 
     def before_epoch(self) -> None:
         logger.info(f"---> start epoch {self.epoch + 1}/{self.max_epoch}")
+        self.epoch_start = time.perf_counter()
         if self.epoch >= self.mosaic_close_epoch and not self.no_aug:
             # from here on un-augmented images, the L1 box loss, and an eval every epoch
             logger.info("---> mosaic and mixup off, L1 loss on, eval every epoch from now on")
@@ -275,21 +289,23 @@ class Trainer:
         if self.exp.save_history_ckpt:
             self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
         logger.info(f"epoch {done}/{self.max_epoch} finished")
-        due = done % self.exp.eval_interval == 0 or self.no_aug or done == self.max_epoch
-        if not due:
-            return
-        improved = self.evaluate_and_save_model()
-        self.evals_since_best = 0 if improved else self.evals_since_best + 1
-        patience = self.exp.patience
-        if patience and self.evals_since_best >= patience and done < self.max_epoch:
-            self.stopped_early = True
-            logger.info(
-                f"early stop after epoch {done}: {metric_label(self.best_metric)} has not improved for "
-                f"{self.evals_since_best} evaluations (patience {patience}); the best, "
-                f"{self.best_score:.4f} at epoch {self.best_epoch}, is in best_ckpt.pth"
-            )
-        # latest also records the new best and the count towards patience, so a resumed run goes on from them
-        self.save_ckpt("latest", start_epoch=done, it=0)
+        improved, ap = False, None
+        if done % self.exp.eval_interval == 0 or self.no_aug or done == self.max_epoch:
+            improved, ap = self.evaluate_and_save_model(), self.last_eval
+            self.evals_since_best = 0 if improved else self.evals_since_best + 1
+            patience = self.exp.patience
+            if patience and self.evals_since_best >= patience and done < self.max_epoch:
+                self.stopped_early = True
+                logger.info(
+                    f"early stop after epoch {done}: {metric_label(self.best_metric)} has not improved for "
+                    f"{self.evals_since_best} evaluations (patience {patience}); the best, "
+                    f"{self.best_score:.4f} at epoch {self.best_epoch}, is in best_ckpt.pth"
+                )
+            # latest also records the new best and the count towards patience: a resumed run goes on from them
+            self.save_ckpt("latest", start_epoch=done, it=0)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.results.end_epoch(done, lr, ap, time.perf_counter() - self.epoch_start)
+        self.trackers.log_artifact(os.path.join(self.run_dir, "latest_ckpt.pth"), done, improved)
 
     def after_train(self) -> None:
         minutes = (time.perf_counter() - self.train_start) / 60
@@ -299,14 +315,13 @@ class Trainer:
         if self.rank == 0:
             model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
             reporting.write_final_demo(self, model)
-        if self.tblogger is not None:
-            self.tblogger.close()
+        self.trackers.finish("FINISHED")
         dist_utils.synchronize()
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_and_save_model(self) -> bool:
         """Evaluate the EMA model; save best_ckpt.pth when exp.best_metric improves, write the eval
-        report (tables, pictures). Returns whether it improved."""
+        report (tables, pictures). Returns whether it improved; `last_eval` holds (AP50:95, AP50)."""
         eval_model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
         if self.is_distributed:
             dist_utils.average_bn_stats(eval_model)
@@ -315,7 +330,7 @@ class Trainer:
         self.model.train()
         # the evaluator returns the same numbers on every rank; broadcast anyway so that the
         # "best" decision, and with it every rank's control flow, cannot diverge
-        ap50_95, ap50 = dist_utils.broadcast_object((float(ap50_95), float(ap50)))
+        ap50_95, ap50 = self.last_eval = dist_utils.broadcast_object((float(ap50_95), float(ap50)))
         value = metric_value(self.best_metric, ap50_95, ap50)
         improved = value > self.best_score
         if improved:
@@ -325,24 +340,20 @@ class Trainer:
             f"(best {metric_label(self.best_metric)} {self.best_score:.4f}, {time.perf_counter() - t0:.1f} s)"
             f"\n{summary}"
         )
-        if self.tblogger is not None:
-            self.tblogger.add_scalar("val/AP50_95", ap50_95, self.epoch + 1)
-            self.tblogger.add_scalar("val/AP50", ap50, self.epoch + 1)
+        self.trackers.log_metrics({"val/AP50_95": ap50_95, "val/AP50": ap50}, self.epoch + 1)
         if improved:
             self.save_ckpt("best", start_epoch=self.epoch + 1, it=0)
         # rank 0 (the one that scored) writes eval/ and, when improved, best_eval/; never raises
-        record_training_eval(self.evaluator, self.exp, self.run_dir, self.tblogger, self.epoch + 1, improved)
+        record_training_eval(self.evaluator, self.exp, self.run_dir, self.trackers, self.epoch + 1, improved)
+        reporting.log_eval_samples(self)
         dist_utils.synchronize()
         return improved
 
     @property
     def mosaic_close_epoch(self) -> int:
-        """The (0-based) epoch from which mosaic and mixup are off and L1 is on.
-
-        As YOLOX 0.3.0's trainer (`epoch + 1 == max_epoch - no_aug_epochs`): one epoch before the lr's
-        flat tail of no_aug_epochs begins, so no_aug_epochs + 1 epochs train without mosaic (the last
-        one too when no_aug_epochs is 0). Kept so that the same recipe trains the same here.
-        """
+        """The (0-based) epoch from which mosaic and mixup are off and L1 is on. As YOLOX 0.3.0's trainer
+        (`epoch + 1 == max_epoch - no_aug_epochs`): one epoch before the lr's flat tail, so no_aug_epochs + 1
+        epochs train without mosaic (the last one too when no_aug_epochs is 0): one recipe trains alike."""
         return max(0, self.max_epoch - self.exp.no_aug_epochs - 1)
 
     # ------------------------------------------------------------------ checkpoints
@@ -371,6 +382,7 @@ class Trainer:
             "evals_since_best": self.evals_since_best,
             "class_names": list(self.class_names),
             "exp": self.exp.fields(),
+            "tracker_runs": self.trackers.run_ids(),  # the W&B / MLflow runs a resume continues
         }
 
     def save_ckpt(self, name: str, start_epoch: int, it: int) -> str | None:
@@ -421,32 +433,23 @@ class Trainer:
             self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
         else:
             self.start_epoch, self.start_iter = int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))
+        if self.start_epoch >= self.max_epoch and self.args.resume and restart_count() == 0:
+            raise ValueError(
+                f"{path} has trained {self.start_epoch} epochs and max_epoch is {self.max_epoch}: nothing is "
+                f"left to train; to train longer, extend it: --resume max_epoch N with N > {self.start_epoch}"
+            )
         logger.info(
             f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it"
         )
         return ckpt
 
-    def _refit_folded_bn(self, model: nn.Module) -> None:
-        """Re-estimate the BatchNorm statistics of folded -c weights on training images, so that training
-        starts from the weights' function (models/folded_bn.py)."""
-        seen = refit_on_images(model, self.train_loader.images, self.device, self.memory_format)
-        logger.info(
-            f"{self.finetune_from}: its BatchNorm layers carry identity statistics (folded into the "
-            f"convolutions, as in weights rebuilt from an ONNX export); re-estimated them on {seen} training "
-            "images so that training starts from these weights' function (refit_folded_bn False keeps them)"
-        )
-
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next batch on the device: images uint8 from the loader, float32 0-255 from here on."""
         imgs, targets = next(self.batches)[:2]
-        non_blocking = self.device.type == "cuda"
-        imgs = (
-            imgs.to(self.device, non_blocking=non_blocking)
-            .float()
-            .contiguous(memory_format=self.memory_format)
-        )
-        return imgs, targets.to(self.device, non_blocking=non_blocking)
+        nb = self.device.type == "cuda"  # non-blocking copies from pinned memory
+        imgs = imgs.to(self.device, non_blocking=nb).float().contiguous(memory_format=self.memory_format)
+        return imgs, targets.to(self.device, non_blocking=nb)
 
     def _set_lr(self, progress: int) -> float:
         lr = self.lr_scheduler.update_lr(progress)

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +28,8 @@ from loguru import logger
 from yolox_fast.data.augment import resize_keep_ratio
 from yolox_fast.data.config import datasets_root
 from yolox_fast.data.datasets.base import CorruptImageError
+from yolox_fast.utils.dist import get_rank
+from yolox_fast.utils.progress import Progress
 
 LAYOUT_VERSION = 1
 SHM_DIR = Path("/dev/shm")
@@ -215,7 +216,7 @@ def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int
             sizes[i] = img.shape[:2]
 
         threads = num_threads or min(8, os.cpu_count() or 1)
-        progress = Progress(f"building cache {data.name}", n)
+        progress = Progress(f"building cache {data.name}", n, enabled=get_rank() == 0)
         pool = ThreadPoolExecutor(threads)
         try:
             for _ in pool.map(fill, range(n)):
@@ -238,27 +239,3 @@ def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int
     side_tmp.write_text(json.dumps(meta))
     os.replace(side_tmp, sidecar)  # the completion marker: written last, atomically
     return ImageCache(data, shape, sizes, ok)
-
-
-class Progress:
-    """A text progress bar with rate and ETA, logged through loguru at most every `every` seconds."""
-
-    def __init__(self, title: str, total: int, every: float = 5.0, width: int = 24) -> None:
-        self.title, self.total, self.every, self.width = title, total, every, width
-        self.done = 0
-        self.start = self.last = time.time()
-
-    def step(self, count: int = 1) -> None:
-        self.done += count
-        now = time.time()
-        if now - self.last < self.every and self.done < self.total:
-            return
-        self.last = now
-        rate = self.done / max(now - self.start, 1e-9)
-        eta = (self.total - self.done) / max(rate, 1e-9)
-        filled = int(self.width * self.done / max(self.total, 1))
-        bar = "#" * filled + "." * (self.width - filled)
-        logger.info(
-            f"{self.title} [{bar}] {self.done}/{self.total} {rate:.0f} img/s "
-            f"ETA {int(eta) // 60}:{int(eta) % 60:02d}"
-        )

@@ -19,6 +19,7 @@ from loguru import logger
 from yolox_fast.inference.predictor import Detections, detect_batch
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype
+from yolox_fast.utils.progress import Progress
 
 
 @dataclass
@@ -86,6 +87,8 @@ def run_inference(
     device = next(model.parameters()).device
     dtype = amp_dtype(device, fp16=half)
     result = InferenceResult()
+    # rank 0 shows its own shard's progress (the shards are of equal size), the other ranks stay quiet
+    progress = Progress("eval", _num_images(dataloader), enabled=dist_utils.get_rank() == 0)
     for imgs, _, img_info, img_ids in dataloader:
         ids = _split_ids(img_ids)
         infos = _split_info(img_info, len(ids))
@@ -98,7 +101,16 @@ def run_inference(
             if img_id in result.detections:
                 raise RuntimeError(f"image id {img_id!r} appears twice in this rank's eval loader")
             result.detections[img_id] = dets
+        progress.step(len(ids))
     return result
+
+
+def _num_images(dataloader: Iterable) -> int:
+    """Images this rank's loader yields: its sampler's length (a shard), else its dataset's."""
+    for part in (getattr(dataloader, "sampler", None), getattr(dataloader, "dataset", None)):
+        if part is not None and hasattr(part, "__len__"):
+            return len(part)
+    return 0
 
 
 def gather_inference(local: InferenceResult) -> InferenceResult | None:

@@ -196,11 +196,11 @@ def save_report(
     out_dir: str,
     detections: Mapping[Any, Detections],
     class_ids: Sequence[int],
-    tblogger=None,
+    tracker=None,
     step: int = 0,
 ) -> list[str]:
-    """Write the report files into `out_dir` (created); returns their paths. With a TensorBoard
-    `tblogger`, the four pictures also go to its images tab as val/<name> at `step`."""
+    """Write the report files into `out_dir` (created); returns their paths. With a `tracker` (the
+    trainer's `core.trackers.Trackers`), the four pictures also go to it as val/<name> at `step`."""
     from yolox_fast.evaluators import plots
 
     os.makedirs(out_dir, exist_ok=True)
@@ -222,8 +222,8 @@ def save_report(
         )
     for key, fig in report_figures(report).items():
         rgb = plots.save_figure(fig, paths[key])
-        if tblogger is not None:
-            tblogger.add_image(f"val/{FILES[key][:-4]}", rgb, step, dataformats="HWC")
+        if tracker is not None:
+            tracker.log_images(f"val/{FILES[key][:-4]}", [rgb], step)
     with open(paths["detections"], "w") as f:
         json.dump(detections_to_coco_json(detections, class_ids), f)
     return list(paths.values())
@@ -239,7 +239,7 @@ def _evaluator_inputs(evaluator) -> tuple[dict[Any, Detections], dict[Any, match
     return detections, truths, names, class_ids
 
 
-def write_eval_report(evaluator, exp, out_dir: str, tblogger=None, step: int = 0) -> EvalReport | None:
+def write_eval_report(evaluator, exp, out_dir: str, tracker=None, step: int = 0) -> EvalReport | None:
     """Build and write the report of the evaluator's last `evaluate` into `out_dir`, with the exp's
     `report_conf`, `cm_conf` and `cm_iou`. Returns None on a rank that did not score (nothing to do)."""
     if getattr(evaluator, "last_merged", None) is None:
@@ -254,7 +254,7 @@ def write_eval_report(evaluator, exp, out_dir: str, tblogger=None, step: int = 0
         exp.cm_conf,
         exp.cm_iou,
     )
-    save_report(report, out_dir, detections, class_ids, tblogger, step)
+    save_report(report, out_dir, detections, class_ids, tracker, step)
     return report
 
 
@@ -273,16 +273,16 @@ def _replace_dir(src: str, dst: str) -> None:
     os.replace(tmp, dst)
 
 
-def record_training_eval(evaluator, exp, save_dir: str, tblogger, epoch: int, is_best: bool) -> None:
+def record_training_eval(evaluator, exp, save_dir: str, tracker, epoch: int, is_best: bool) -> None:
     """The trainer's hook after each evaluation: the report into `<save_dir>/eval/` (the latest), a
-    copy into `<save_dir>/best_eval/` when this epoch is the best, the pictures into TensorBoard.
+    copy into `<save_dir>/best_eval/` when this epoch is the best, the pictures to the run's trackers.
     A no-op on ranks that did not score and when `exp.save_eval_report` is False. A failure is logged
     as a warning and never stops training."""
     if not getattr(exp, "save_eval_report", True) or getattr(evaluator, "last_merged", None) is None:
         return
     out_dir = os.path.join(save_dir, "eval")
     try:
-        report = write_eval_report(evaluator, exp, out_dir, tblogger, epoch)
+        report = write_eval_report(evaluator, exp, out_dir, tracker, epoch)
         where = out_dir
         if is_best:
             best_dir = os.path.join(save_dir, "best_eval")

@@ -57,7 +57,8 @@ class Exp(BaseExp):
         "box_min_size": float, "box_min_area_ratio": float,
         "box_max_aspect": float,
         # training
-        "batch_size": int, "warmup_epochs": float, "max_epoch": int, "warmup_lr": float,
+        "batch_size": int, "nominal_batch_size": int | None, "warmup_epochs": float, "max_epoch": int,
+        "warmup_lr": float,
         "min_lr_ratio": float, "basic_lr_per_img": float,
         "scheduler": Literal["yoloxwarmcos", "warmcos", "cos", "multistep"], "no_aug_epochs": int,
         "ema": bool, "ema_ramp": float, "weight_decay": float, "momentum": float,
@@ -135,6 +136,9 @@ class Exp(BaseExp):
 
         # ---------------- training ---------------- #
         self.batch_size = 64  # total batch over all processes when tools/train.py gets no -b
+        # images per optimizer step (Ultralytics' nbs): -b 16 with 64 accumulates 4 batches per step, and lr,
+        # warmup and EMA follow the 64 (core/accumulation.py); None: one batch per step
+        self.nominal_batch_size: int | None = None
         self.warmup_epochs = 5
         self.max_epoch = 300
         self.warmup_lr = 0

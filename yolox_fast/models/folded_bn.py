@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
+from loguru import logger
 from torch import nn
 
 
@@ -115,4 +116,16 @@ def refit_on_images(
     images = torch.from_numpy(np.stack([dataset[int(i)][0] for i in indices]))
     return refit_folded_bn(
         model, (b.to(device).contiguous(memory_format=memory_format) for b in images.split(batch))
+    )
+
+
+def refit_finetune_weights(
+    model: nn.Module, dataset, device: torch.device, memory_format, source: str
+) -> None:
+    """`refit_on_images` for the trainer's -c weights (`source`), saying why in the log."""
+    seen = refit_on_images(model, dataset, device, memory_format)
+    logger.info(
+        f"{source}: its BatchNorm layers carry identity statistics (folded into the convolutions, as in "
+        f"weights rebuilt from an ONNX export); re-estimated them on {seen} training images so that training "
+        "starts from these weights' function (refit_folded_bn False keeps them)"
     )

@@ -76,8 +76,10 @@ def yolox_loss(
     where F_all is the foreground count summed over DDP ranks. Under DDP's gradient averaging this is
     exactly sum-over-all-ranks / F_all, i.e. what one process with the whole batch would compute.
     Returns {"total_loss", "iou_loss", "conf_loss", "cls_loss", "l1_loss"} as 0-dim tensors, where
-    iou_loss already carries YOLOX's weight 5 (total = iou_loss + conf_loss + cls_loss + l1_loss), and
-    "num_fg": foreground anchors per ground truth on this rank (the figure YOLOX logs), a float.
+    iou_loss already carries YOLOX's weight 5 (total = iou_loss + conf_loss + cls_loss + l1_loss),
+    "num_fg": foreground anchors per ground truth on this rank (the figure YOLOX logs), a float, and
+    "fg_count": F_all / world_size before the clamp to 1 (0-dim tensor), with which gradient accumulation
+    weights each batch so that several batches give the gradient of one batch of all their images.
     """
     device = pred_boxes.device
     # Small ops only (the big ones are the fg rows): one thread on CPU, see single_threaded_on_cpu.
@@ -140,6 +142,7 @@ def yolox_loss(
         "cls_loss": cls_loss,
         "l1_loss": l1_loss,
         "num_fg": assign.num_fg / max(num_gt, 1),
+        "fg_count": num_fg_all / dist_utils.get_world_size(),
     }
 
 

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+# DistributedDataParallel's keyword that keeps BN statistics per rank while training, as in YOLOX (they are
+# averaged before each eval, `average_bn_stats`); newer torch names it forward_sync_buffers and deprecates
+# broadcast_buffers
+DDP_NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def is_distributed() -> bool:
