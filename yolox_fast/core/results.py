@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 LOSSES = ("total_loss", "iou_loss", "l1_loss", "conf_loss", "cls_loss")
 COLUMNS = ("epoch", *LOSSES, "lr", "AP50_95", "AP50", "time_s")
@@ -121,6 +122,7 @@ def write_plot(rows: list[Mapping[str, float | None]], path: str) -> None:
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.5, color="tab:blue")
         ax.set_title(key.replace("AP50_95", "AP50:95"))
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if key == "lr":
             ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
