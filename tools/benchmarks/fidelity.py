@@ -49,7 +49,7 @@ from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
-ITERS_LINE = re.compile(r"iterations\s+(\d+) per epoch")
+ITERS_LINE = re.compile(r"iterations\s+(\d+) optimizer steps per epoch")
 LOSS_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?total_loss: ([0-9.]+)")
 
 
