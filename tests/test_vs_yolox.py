@@ -316,6 +316,35 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
         assert all(0.0 <= ap <= 1.0 for pair in row["0"]["evals"].values() for ap in pair)
 
 
+def test_finetune_benchmark_example_against_officials_default_for_the_same_minutes(tiny_shapes_voc, tmp_path):
+    """`tools/benchmark.py finetune --rows --example`: the example exp (cut to one tiny epoch by --ours-opts),
+    then official's default nano recipe for as long as ours trained; one table row per seed and the mean."""
+    import torch
+    from test_finetune import fold, nano, trained_like
+
+    python = reference_python()
+    if python is None:
+        pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    weights = tmp_path / "coco_nano.pth"
+    torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
+    cmd = [python, str(REPO / "tools" / "benchmark.py"), "finetune", "--data", tiny_shapes_voc["config"],
+           "--weights", str(weights), "--seeds", "0", "--batch", "4", "--workers", "0", "--rows", "--example",
+           "--ours-opts", "max_epoch", "1", "input_size", "(64,64)", "test_size", "(64,64)", "random_size",
+           "none", "no_aug_epochs", "0", "--out", str(tmp_path / "out")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "vs official's default recipe, same minutes" in proc.stdout
+    table = proc.stdout.split("same minutes")[1].splitlines()
+    assert [row.split()[0] for row in table[3:5]] == ["0", "mean"], proc.stdout[-1500:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
+    ours, official = results["example"]["0"], results["official-default"]["0"]
+    assert sorted(ours["evals"]) == ["1"]
+    assert official["evals"] and all(0.0 <= ap <= 1.0 for pair in official["evals"].values() for ap in pair)
+    # official trains until ours' minutes are spent (evaluation included), then stops after that step
+    assert official["train_seconds"] >= ours["train_seconds"] * 0.5 and official["steps"] >= 1
+
+
 def test_setup_script_reuses_a_ready_environment(tmp_path):
     """tools/setup_yolox_reference.sh DIR on a ready environment prints its python and installs nothing."""
     python = reference_python()

@@ -51,6 +51,7 @@ from tabulate import tabulate
 from benchmarks.fidelity import add_recipe_arguments, spread
 from benchmarks.fidelity import recipe as fidelity_recipe
 from benchmarks.yolox_official import require_official_yolox
+from yolox_fast.core.results import read_results
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -58,7 +59,6 @@ RACCOON = SHARED / "real" / "raccoon"
 WEIGHTS = SHARED / "weights" / "yolox_nano_coco.pth"
 EXAMPLE_EXP = REPO / "exps" / "example" / "finetune_nano.py"
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
-DONE_LINE = re.compile(r"training done in ([0-9.]+) min")
 
 
 def raccoon_description(out: Path) -> Path:
@@ -222,6 +222,7 @@ def run_ours(name: str, exp_args: list, overrides: dict, extra: Sequence[str], w
            "-expn", name, "-l", "none", *opts]  # fmt: skip
     log = out / "ours" / name / "train_log.txt"
     log.unlink(missing_ok=True)  # the log is appended across runs
+    log.with_name("results.csv").unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
     start = time.perf_counter()
     with open(out / f"{name}.out", "w") as console:
@@ -229,10 +230,11 @@ def run_ours(name: str, exp_args: list, overrides: dict, extra: Sequence[str], w
     if proc.returncode != 0:
         raise RuntimeError(f"yolox_fast training failed ({proc.returncode}); see {out / (name + '.out')}")
     text = log.read_text()
-    done = DONE_LINE.search(text)
+    epochs = read_results(str(log.with_name("results.csv")))
     return {
         "evals": {e: (float(a), float(b)) for e, a, b in EVAL_LINE.findall(text)},
-        "train_seconds": float(done.group(1)) * 60 if done else None,
+        # the epochs' wall time (steps, checkpoints, evaluations), as official's time limit counts it
+        "train_seconds": sum(row["time_s"] for row in epochs),
         "seconds": time.perf_counter() - start,
     }
 
@@ -275,7 +277,12 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--parallel", type=int, default=2, help="runs at a time")
     p.add_argument("--rows", nargs="*", default=["official", "official-refitted", "ours"],
                    choices=("official", "official-refitted", "ours"))  # fmt: skip
-    p.add_argument("--ours-opts", nargs="*", default=[], help="extra exp overrides for ours: KEY VALUE ...")
+    p.add_argument(
+        "--ours-opts",
+        nargs="*",
+        default=[],
+        help="extra exp overrides for ours and the example: KEY VALUE ...",
+    )
     p.add_argument("--example", action="store_true", help="also our example recipe vs official's default")
     p.add_argument("--out", default="YOLOX_outputs/finetune", help="data, logs and results.json go here")
     p.add_argument("--job", help=argparse.SUPPRESS)  # internal: one official run, spec in this JSON file
@@ -298,8 +305,9 @@ def main(argv: Sequence[str]) -> None:
     write_official_layout(official_data, names, train, val)
     refitted = refitted_weights(args.weights, names, train, args.size, out)
     rows = [r for r in args.rows if r != "official-refitted" or refitted is not None]
+    shown = rows + (["example vs official default"] if args.example else [])
     print(
-        f"finetune: {', '.join(rows)}; yolox-nano from {args.weights} on {data}: {len(train)} train / "
+        f"finetune: {', '.join(shown)}; yolox-nano from {args.weights} on {data}: {len(train)} train / "
         f"{len(val)} val images, {len(names)} classes ({', '.join(names[:5])}); input {args.size}, batch "
         f"{args.batch}, {args.epochs} epochs (warmup {args.warmup_epochs}, no-aug {args.no_aug_epochs}), "
         f"lr {args.basic_lr_per_img:.3g}/img, mosaic {args.mosaic_prob} {tuple(args.mosaic_scale)}, no "
@@ -359,8 +367,8 @@ def example(args, data: str, names, official_data: Path, out: Path) -> dict:
 
     def ours(seed: int):
         fields = {"_batch": args.batch, "dataset": data, "seed": seed, "data_num_workers": args.workers}
-        return seed, run_ours(f"example_s{seed}", ["-f", str(EXAMPLE_EXP)], fields, [], args.weights,
-                              args.threads, out)  # fmt: skip
+        return seed, run_ours(f"example_s{seed}", ["-f", str(EXAMPLE_EXP)], fields, args.ours_opts,
+                              args.weights, args.threads, out)  # fmt: skip
 
     with ThreadPoolExecutor(args.parallel) as pool:
         ours_results = dict(pool.map(ours, args.seeds))
@@ -381,7 +389,9 @@ def example(args, data: str, names, official_data: Path, out: Path) -> dict:
         ol, dl = max(o["evals"], key=int), max(d["evals"], key=int)
         body.append([seed, f"{o['train_seconds'] / 60:.1f}", ol, o["evals"][ol][1], o["evals"][ol][0],
                      f"{d['train_seconds'] / 60:.1f}", dl, d["evals"][dl][1], d["evals"][dl][0]])  # fmt: skip
+    body.append(["mean", *(np.mean([float(row[c]) for row in body]) for c in range(1, 9))])
     print("\nour example recipe (exps/example/finetune_nano.py) vs official's default recipe, same minutes")
     print(tabulate(body, headers=["seed", "ours min", "epochs", "AP50", "AP50:95", "official min", "epochs",
-                                  "AP50", "AP50:95"], floatfmt=".4f"))  # fmt: skip
+                                  "AP50", "AP50:95"], floatfmt=("", ".1f", ".1f", ".4f", ".4f", ".1f", ".1f",
+                                  ".4f", ".4f")))  # fmt: skip
     return {"example": ours_results, "official-default": official_results}
