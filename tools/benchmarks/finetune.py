@@ -23,7 +23,7 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
 - Same on both sides: yolox-nano, batch, steps per epoch (the train set is cut to a multiple of the
   batch: official counts ceil(N / batch), yolox_fast floor), input and test size, multi-scale off,
   test_conf 0.01, nmsthre 0.65, loader workers, torch threads, the scorer. Not the same, by design
-  (docs/fidelity.md): the affine pivot and box filter, the augmentation randomness.
+  (docs/fidelity.md): the affine pivot, where the box filter acts, the augmentation randomness.
 - --example: `exps/example/finetune_nano.py` (our recipe for a few hundred photos) against official's
   yolox-nano exp as it ships (only the data and the class count changed) trained for the same minutes
   of training as ours took, each seed; the two phases run one after the other at the same parallelism.
