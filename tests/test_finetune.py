@@ -65,6 +65,12 @@ def fold(model: nn.Module) -> nn.Module:
     return model
 
 
+def save_folded_coco_nano(path) -> None:
+    """A checkpoint file like the shared COCO weights: an 80-class nano with trained-like statistics, its
+    BatchNorm folded into the convolutions."""
+    save_checkpoint({"model": fold(trained_like(nano(80))).state_dict()}, str(path))
+
+
 def backbone_gap(model: nn.Module, x: torch.Tensor) -> float:
     """Relative distance of the backbone's train-mode (batch statistics) outputs from its eval-mode ones
     (on a copy: a train-mode forward moves the running statistics)."""
@@ -163,7 +169,7 @@ def test_finetune_from_folded_weights_frozen_with_early_stopping_and_resume(tiny
     patience 1, with lr 0 so that no evaluation improves on the first: the run stops after its second; a
     resume with a larger patience goes on counting from there."""
     ckpt = tmp_path / "folded_coco_nano.pth"
-    save_checkpoint({"model": fold(trained_like(nano(80))).state_dict()}, str(ckpt))
+    save_folded_coco_nano(ckpt)
     fields = {
         "dataset": tiny_shapes_coco["config"],
         "output_dir": tmp_path / "out",

@@ -291,12 +291,11 @@ def _journey(dataset: str, out: Path, images: Path, cwd: Path, exp: str = SHAPES
 def test_journey_labelimg_folder_as_it_is_fine_tuned_by_the_example_exp(tiny_shapes_voc, tmp_path):
     """The fine-tuning example as its docstring says to run it: -c COCO-style weights (80 classes, BatchNorm
     folded), dataset = the folder LabelImg wrote; the class count comes from the data."""
-    import torch
-    from test_finetune import fold, nano, trained_like
+    from test_finetune import save_folded_coco_nano
 
     root = labelimg_folder(tiny_shapes_voc, tmp_path / "my labelled photos")
     weights = tmp_path / "yolox_nano.pth"
-    torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
+    save_folded_coco_nano(weights)
     train = _journey(str(root), tmp_path / "out", root / "images", tmp_path, FINETUNE_EXP, "-c", str(weights))
     assert "read as LabelImg" in train and "split by val_ratio 0.2" in train
     assert "re-estimated them on" in train and "6: circle" in train

@@ -289,8 +289,7 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
     ours; two tiny epochs."""
     import shutil
 
-    import torch
-    from test_finetune import fold, nano, trained_like
+    from test_finetune import save_folded_coco_nano
 
     python = reference_python()
     if python is None:
@@ -300,7 +299,7 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
     for xml in (Path(tiny_shapes_voc["root"]) / "VOC2007" / "Annotations").glob("*.xml"):
         shutil.copy(xml, photos)
     weights = tmp_path / "coco_nano.pth"
-    torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
+    save_folded_coco_nano(weights)
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "finetune", "--data", str(photos), "--weights",
            str(weights), "--seeds", "0", "--epochs", "2", "--size", "64", "--batch", "4",
            "--warmup-epochs", "1", "--no-aug-epochs", "0", "--workers", "0",
@@ -319,14 +318,13 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
 def test_finetune_benchmark_example_against_officials_default_for_the_same_minutes(tiny_shapes_voc, tmp_path):
     """`tools/benchmark.py finetune --rows --example`: the example exp (cut to one tiny epoch by --ours-opts),
     then official's default nano recipe for as long as ours trained; one table row per seed and the mean."""
-    import torch
-    from test_finetune import fold, nano, trained_like
+    from test_finetune import save_folded_coco_nano
 
     python = reference_python()
     if python is None:
         pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
     weights = tmp_path / "coco_nano.pth"
-    torch.save({"model": fold(trained_like(nano(80))).state_dict()}, weights)
+    save_folded_coco_nano(weights)
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "finetune", "--data", tiny_shapes_voc["config"],
            "--weights", str(weights), "--seeds", "0", "--batch", "4", "--workers", "0", "--rows", "--example",
            "--ours-opts", "max_epoch", "1", "input_size", "(64,64)", "test_size", "(64,64)", "random_size",
