@@ -63,8 +63,23 @@ setup(
     ],
     extras_require={
         # the trackers' tests run W&B (offline) and MLflow (SQLite, a local server) for real
-        "test": ["pytest", "pytest-timeout", "onnx", "onnxruntime", "ruff", "wandb", "mlflow"],
-        "onnx": ["onnx", "onnxruntime"],
+        # and every export runtime (ONNX, OpenVINO with NNCF for INT8) exports, evaluates and demos for real
+        "test": [
+            "pytest",
+            "pytest-timeout",
+            "onnx",
+            "onnxruntime",
+            "openvino",
+            "nncf",
+            "ruff",
+            "wandb",
+            "mlflow",
+        ],
+        "onnx": ["onnx", "onnxruntime"],  # tools/export.py --format onnx (and its INT8), eval/demo on .onnx
+        # --format openvino; NNCF quantizes it to INT8 (--int8); onnx: OpenVINO converts from an ONNX export
+        "openvino": ["openvino", "nncf", "onnx"],
+        # --format tensorrt, on an NVIDIA GPU (untested on the CPU machine this is developed on)
+        "tensorrt": ["tensorrt", "onnx"],
         "wandb": ["wandb"],  # -l wandb
         "mlflow": ["mlflow"],  # -l mlflow
     },

@@ -1,5 +1,7 @@
 """Shared fixtures: tiny generated shapes datasets in COCO and VOC format (session-scoped, < 1 s each)."""
 
+import signal
+
 import pytest
 
 from yolox_fast.data.datasets.synthetic import default_description, generate
@@ -35,3 +37,14 @@ def log_lines():
     sink = logger.add(lambda m: lines.append(m.record["message"]), level="DEBUG")
     yield lines
     logger.remove(sink)
+
+
+@pytest.fixture(autouse=True)
+def default_sigchld():
+    """Each test ends with SIGCHLD at its default. torch's DataLoader installs a SIGCHLD handler for the life
+    of the process the first time it starts workers; in a process that has also loaded OpenVINO's CPU
+    plugin, a later child's exit under that handler crashes the process (seen in this suite: test_export,
+    then test_loader, then test_run_lock's subprocesses). A tool run is one process doing one job and never
+    meets that sequence; the suite runs them all in one."""
+    yield
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)

@@ -57,6 +57,35 @@ def test_data_benchmark_prints_the_cache_ratio(capsys, tmp_path, monkeypatch):
     assert re.search(r"\d+\.\d+x", out), out
 
 
+@pytest.mark.slow
+def test_deploy_benchmark_scores_and_times_every_format_against_eager(capsys, tiny_shapes_coco, tmp_path):
+    import torch
+
+    from yolox_fast.exp import get_exp
+
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes = 6
+    ckpt = tmp_path / "nano.pth"
+    torch.save({"model": exp.get_model().state_dict()}, ckpt)
+    out = run(capsys, "deploy", "-n", "yolox-nano", "-c", str(ckpt), "--runs", "1", "--rounds", "1",
+              "--warmup", "0", "--calib-images", "8", "--out", str(tmp_path / "files"),
+              "dataset", tiny_shapes_coco["config"], "test_size", "(96,96)", "num_classes", "6",
+              "data_num_workers", "0")  # fmt: skip
+    rows = [
+        line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "format" not in line
+    ]
+    table = {(r[0].strip(), r[1].strip()): [c.strip() for c in r[2:]] for r in rows}
+    assert list(table) == [("pytorch", "fp32"), ("torchscript", "fp32"), ("onnx", "fp32"), ("onnx", "int8"),
+                           ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int8")]  # fmt: skip
+    assert table[("pytorch", "fp32")][5] == "1.00x" and table[("pytorch", "fp32")][7] == "1.00x"
+    for (fmt, precision), cells in table.items():
+        assert re.fullmatch(r"\d\.\d{4}", cells[1]) and re.fullmatch(r"\d+\.\d+x", cells[7]), (fmt, cells)
+        if precision == "fp32":  # fp32 exports score the checkpoint's AP to the printed digit
+            assert cells[1:3] == table[("pytorch", "fp32")][1:3], (fmt, cells)
+    assert "INT8 calibrated on 8 training images" in out
+    assert (tmp_path / "files" / "yolox_nano_int8.xml").is_file()
+
+
 def test_the_benchmarks_that_need_official_yolox_say_how_to_run_them(capsys):
     try:
         import yolox  # noqa: F401 -- this environment is the reference one

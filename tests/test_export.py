@@ -1,56 +1,353 @@
-"""ONNX export round trip: onnxruntime gives PyTorch's outputs, raw or decoded, static or dynamic batch."""
+"""Export to ONNX, TorchScript and OpenVINO: the file carries its metadata and, run as eval and the demo
+run it, gives PyTorch's outputs (raw or decoded, static or dynamic batch; fp16 and INT8 close to them);
+eval and the demo take the exported file as -c with the checkpoint's AP; bad files and flags end the tools
+with one `error:` line."""
 
 import importlib.util
+import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_tool_process
 
-from yolox_fast.core.export import compare_with_onnxruntime, export_onnx
+from yolox_fast.core.cli import run_tool
+from yolox_fast.core.export import (
+    CalibrationImages,
+    export_metadata,
+    export_onnx,
+    export_onnx_int8,
+    export_openvino,
+    export_torchscript,
+    exported_size,
+    output_diff,
+)
+from yolox_fast.data.build import build_calibration_dataset, build_eval_dataset
 from yolox_fast.exp import get_exp
+from yolox_fast.inference import load_exported_model
+from yolox_fast.inference.exported import MissingExtraError, require
 
 pytest.importorskip("onnxruntime")
 REPO = Path(__file__).resolve().parents[1]
+SHAPES_EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
+AP_LINE = re.compile(r"AP50:95 (\d\.\d{4})  AP50 (\d\.\d{4})")
 
 
-def _nano(num_classes=3):
-    exp = get_exp(exp_name="yolox-nano")
-    exp.num_classes = num_classes
-    torch.manual_seed(0)
-    return exp.get_model().eval()
-
-
-def test_dynamic_batch_raw_outputs_round_trip(tmp_path):
-    model = _nano()
-    path = str(tmp_path / "nano.onnx")
-    export_onnx(model, path, (64, 96), batch_size=1, dynamic=True, decode_in_inference=False)
-    assert model.head.decode_in_inference is False
-    # a batch of 3, not the traced 1
-    images = torch.rand(3, 3, 64, 96, generator=torch.Generator().manual_seed(1)) * 255
-    assert compare_with_onnxruntime(model, path, images) < 1e-4
-
-
-def test_export_tool_static_decoded(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("export_tool", REPO / "tools" / "export_onnx.py")
+def load_tool(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_tool", REPO / "tools" / f"{name}.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    out = tmp_path / "decoded.onnx"
-    tool.main(
-        [
-            "-n",
-            "yolox-nano",
-            "--tsize",
-            "64",
-            "--batch-size",
-            "2",
-            "--decode-in-inference",
-            "--output-name",
-            str(out),
-            "num_classes",
-            "2",
-        ]
+    return tool
+
+
+def _nano(num_classes=3, test_size=(64, 96), dataset="shapes"):
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes, exp.test_size, exp.dataset = num_classes, test_size, dataset
+    torch.manual_seed(0)
+    return exp, exp.get_model().eval()
+
+
+def _lively_nano(dataset: str, size: int):
+    """(exp, model) of a random-weight nano whose outputs vary with the image as a trained one's do: the
+    BatchNorm statistics of the training images (a fresh model's features fade to constants layer by
+    layer) and a damped head (its outputs then spread over (0, 1), boxes mostly image-sized). No training,
+    so it takes a second."""
+    exp, model = _nano(6, (size, size), dataset)
+    images = torch.stack([torch.from_numpy(item[0]) for item in build_calibration_dataset(exp)])
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.train()
+                module.momentum = None  # a plain average over the batch
+                module.reset_running_stats()
+        model(images)
+        model.eval()
+        for conv in [*model.head.obj_preds, *model.head.cls_preds, *model.head.reg_preds]:
+            conv.bias.zero_()
+            conv.weight.mul_(0.05)
+    return exp, model
+
+
+def _images(batch, size=(64, 96), seed=1):
+    return torch.rand(batch, 3, *size, generator=torch.Generator().manual_seed(seed)) * 255
+
+
+def test_dynamic_onnx_raw_outputs_are_decoded_by_the_runtime(tmp_path):
+    exp, model = _nano()
+    path = str(tmp_path / "nano.onnx")
+    meta = export_metadata(exp, model, ["a", "b", "c"], "onnx", decode_in_graph=False, batch_size=None)
+    export_onnx(model, path, meta, batch_size=1)
+    assert model.head.decode_in_inference is True  # the export restores the model's own setting
+    exported = load_exported_model(path)
+    assert exported.metadata == meta
+    abs_diff, _ = output_diff(model, exported, _images(3))  # a batch of 3, not the traced 1
+    assert abs_diff < 1e-3  # decoded pixels (exp of the raw wh) on both sides
+
+
+def test_static_onnx_graph_is_fed_chunks_of_its_batch_the_last_padded(tmp_path):
+    exp, model = _nano()
+    path = str(tmp_path / "static.onnx")
+    meta = export_metadata(exp, model, ["a", "b", "c"], "onnx", decode_in_graph=True, batch_size=2)
+    export_onnx(model, path, meta, batch_size=2)
+    exported = load_exported_model(path)
+    images = _images(5)  # chunks of 2, 2 and 1 padded to 2
+    assert exported(images).shape == (5, 8 * 12 + 4 * 6 + 2 * 3, 5 + 3)
+    assert output_diff(model, exported, images)[0] < 1e-3
+    with pytest.raises(ValueError, match=r"takes input \(B, 3, 64, 96\)"):
+        exported(_images(1, (64, 64)))
+
+
+def test_torchscript_round_trip_any_batch_and_metadata_inside(tmp_path):
+    exp, model = _nano()
+    path = str(tmp_path / "nano.torchscript")
+    meta = export_metadata(exp, model, ["a", "b", "c"], "torchscript", decode_in_graph=False, batch_size=None)
+    export_torchscript(model, path, meta)
+    exported = load_exported_model(path)
+    assert exported.metadata == meta and exported.metadata.strides == (8, 16, 32)
+    assert output_diff(model, exported, _images(3))[0] < 1e-3
+
+
+def test_openvino_fp32_equals_pytorch_and_fp16_weights_stay_close(tmp_path):
+    exp, model = _nano()
+    images = _images(3)
+    for precision, bound in (("fp32", 1e-3), ("fp16", 5e-3)):
+        path = str(tmp_path / f"nano_{precision}.xml")
+        meta = export_metadata(exp, model, ["a", "b", "c"], "openvino", False, None, precision)
+        export_openvino(model, path, meta)
+        exported = load_exported_model(path)
+        assert exported.metadata == meta
+        # fp32 files compute in fp32 even where the CPU plugin would pick bf16
+        assert exported.runs_in == "fp32" or precision == "fp16"
+        _, relative = output_diff(model, exported, images)
+        assert relative < bound, (precision, relative)
+    # the .bin beside the .xml holds the weights: fp16 halves it
+    half, full = (
+        exported_size(str(tmp_path / "nano_fp16.xml")),
+        exported_size(str(tmp_path / "nano_fp32.xml")),
     )
-    assert out.is_file()
+    assert 0.4 < half / full < 0.6
+
+
+def _scores(out: torch.Tensor) -> torch.Tensor:
+    """obj x cls of decoded outputs (B, A, 5 + C): the confidences NMS thresholds."""
+    return out[..., 4:5] * out[..., 5:]
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_int8_is_calibrated_on_the_training_images_and_scores_stay_close(fmt, tiny_shapes_coco, tmp_path):
+    exp, model = _lively_nano(tiny_shapes_coco["config"], 96)
+    calibration = CalibrationImages(build_calibration_dataset(exp), 300, 1)
+    assert calibration.num_images == tiny_shapes_coco["num_train"]  # fewer than asked: all of them
+    path = str(tmp_path / f"int8.{'xml' if fmt == 'openvino' else 'onnx'}")
+    meta = export_metadata(exp, model, [str(i) for i in range(6)], fmt, False, None, "int8", "cpu", 24)
+    if fmt == "onnx":
+        export_onnx_int8(model, path, meta, calibration)
+    else:
+        export_openvino(model, path, meta, calibration=calibration)
+    exported = load_exported_model(path)
+    assert exported.metadata.precision == "int8" and exported.metadata.calibration_images == 24
+    val = build_eval_dataset(exp)
+    images = torch.stack([torch.from_numpy(val[i][0]) for i in range(len(val))])
+    with torch.no_grad():
+        reference = model(images)
+    # activation ranges measured on real images keep the confidences within a few hundredths
+    assert (_scores(exported(images)) - _scores(reference)).abs().mean() < 0.02
+    fp32 = str(tmp_path / "fp32.onnx")
+    export_onnx(model, fp32, export_metadata(exp, model, [str(i) for i in range(6)], "onnx", False, None))
+    assert exported_size(path) < 0.5 * exported_size(fp32)
+
+
+def test_calibration_needs_a_full_batch_of_training_images(tiny_shapes_coco):
+    exp, _ = _nano(6, (64, 64), tiny_shapes_coco["config"])
+    dataset = build_calibration_dataset(exp)
+    assert CalibrationImages(dataset, 10, 4).num_images == 8  # whole batches of the graph's batch size
+    with pytest.raises(ValueError, match="at least 32 training images"):
+        CalibrationImages(dataset, 300, 32)
+    # OpenVINO's INT8 kernels segfault on a 2x2 coarsest level: refused before they run
+    _, model = _nano(6, (64, 64), tiny_shapes_coco["config"])
+    meta = export_metadata(exp, model, [str(i) for i in range(6)], "openvino", False, None, "int8")
+    with pytest.raises(ValueError, match="2x2 coarsest level"):
+        export_openvino(model, "unused.xml", meta, calibration=CalibrationImages(dataset, 4, 1))
+
+
+def test_fp16_torchscript_is_refused_off_cuda(tmp_path):
+    exp, model = _nano()
+    meta = export_metadata(exp, model, ["a", "b", "c"], "torchscript", False, None, precision="fp16")
+    with pytest.raises(ValueError, match="CUDA only"):
+        export_torchscript(model, str(tmp_path / "half.torchscript"), meta, "cpu")
+
+
+def test_export_onnx_tool_static_decoded_writes_metadata(tmp_path, capsys):
+    out = tmp_path / "decoded.onnx"
+    argv = ["-n", "yolox-nano", "--tsize", "64", "--batch-size", "2", "--decode-in-inference"]
+    load_tool("export_onnx").main([*argv, "--output-name", str(out), "num_classes", "2"])
     printed = capsys.readouterr().out
     diff = float(printed.split("max abs diff:")[1].split()[0])
     assert diff < 1e-3  # decoded boxes are in pixels (exp of the raw wh), so the absolute error is larger
+    meta = load_exported_model(str(out)).metadata
+    assert (meta.batch_size, meta.decode_in_graph, meta.test_size, meta.num_classes) == (2, True, (64, 64), 2)
+    assert len(meta.class_names) == 2
+
+
+@pytest.fixture(scope="module")
+def random_onnx(tmp_path_factory, tiny_shapes_coco):
+    """An ONNX export (static batch 2) of a random-weight nano on the tiny set's 6 classes at 64 px."""
+    exp, model = _nano(6, (64, 64), tiny_shapes_coco["config"])
+    path = str(tmp_path_factory.mktemp("onnx") / "random.onnx")
+    export_onnx(model, path, export_metadata(exp, model, [str(i) for i in range(6)], "onnx", False, 2), 2)
+    return path
+
+
+def _error_line(tool: str, argv: list, capsys) -> str:
+    """The tool run as its __main__ runs it; asserts it ended with exit code 1 and one `error:` line."""
+    module = load_tool(tool)
+    with pytest.raises(SystemExit) as stop:
+        run_tool(lambda: module.main(argv))
+    assert stop.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_bad_exported_files_and_flags_are_one_error_line(random_onnx, tmp_path, capsys):
+    renamed = tmp_path / "weights.onnx"
+    torch.save({"model": {"w": torch.zeros(1)}}, renamed)  # a checkpoint given an exported file's name
+    assert "PyTorch checkpoint, not an exported model" in _error_line("eval", ["-c", str(renamed)], capsys)
+    garbage = tmp_path / "garbage.torchscript"
+    garbage.write_bytes(b"not a model")
+    assert "is not a TorchScript file" in _error_line("eval", ["-c", str(garbage)], capsys)
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"\x08\x07garbage")
+    assert "is not an ONNX model" in _error_line("demo", ["image", "-c", str(broken)], capsys)
+
+    onnx = pytest.importorskip("onnx")
+    graph = onnx.load(random_onnx)
+    del graph.metadata_props[:]
+    bare = tmp_path / "bare.onnx"
+    onnx.save(graph, str(bare))
+    assert "carries no yolox_fast metadata" in _error_line("eval", ["-c", str(bare)], capsys)
+
+    line = _error_line("eval", ["-c", random_onnx, "--tsize", "96"], capsys)
+    assert "--tsize 96 does not match" in line and "(64, 64)" in line
+    assert "fixed at export" in _error_line("eval", ["-c", random_onnx, "--fp16"], capsys)
+    line = _error_line("export", ["--format", "torchscript", "-n", "yolox-nano", "--half"], capsys)
+    assert "CUDA only" in line
+    line = _error_line("export", ["--format", "onnx", "-n", "yolox-nano", "--half"], capsys)
+    assert "no fp16 convolutions" in line and "--int8" in line
+    ir = tmp_path / "model.xml"
+    ir.write_text("<net></net>")
+    assert "no model.bin beside it" in _error_line("eval", ["-c", str(ir)], capsys)
+    ir.with_suffix(".bin").write_bytes(b"\0" * 8)
+    assert "is not an OpenVINO IR" in _error_line("demo", ["image", "-c", str(ir)], capsys)
+    if not torch.cuda.is_available():  # the TensorRT path itself runs in tools/gpu_check.sh
+        line = _error_line("export", ["--format", "tensorrt", "-n", "yolox-nano"], capsys)
+        assert "NVIDIA GPU" in line and "no CUDA here" in line
+        engine = tmp_path / "model.engine"
+        engine.write_bytes(b"plan")
+        assert "runs on an NVIDIA GPU" in _error_line("eval", ["-c", str(engine)], capsys)
+
+
+def test_missing_runtime_names_the_extra(monkeypatch, random_onnx, capsys):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now raises ImportError
+    with pytest.raises(MissingExtraError, match=r'pip install "yolox_fast\[onnx\]"'):
+        require("onnxruntime", "onnx")
+    assert 'pip install "yolox_fast[onnx]"' in _error_line("eval", ["-c", random_onnx], capsys)
+
+
+def _eval(*args: str, cwd: Path) -> tuple[str, str]:
+    """`python tools/eval.py args...` in a fresh process, as a user types it; its (AP50:95, AP50) line."""
+    out = run_tool_process("eval", *args, cwd=cwd)
+    found = AP_LINE.findall(out)
+    assert found, out[-3000:]
+    return found[-1]
+
+
+@pytest.mark.slow
+def test_exported_files_score_the_checkpoints_ap_and_the_demo_draws_with_onnx(tiny_shapes_coco, tmp_path):
+    import train
+
+    data = ["dataset", tiny_shapes_coco["config"], "output_dir", str(tmp_path), "data_num_workers", "0"]
+    # trained at 64 px, scored and exported at 96: OpenVINO INT8 needs a coarsest level of 3x3 cells
+    tiny = ["input_size", "(64,64)", "random_size", "(2,2)", "seed", "0"]
+    recipe = ["max_epoch", "20", "no_aug_epochs", "0", "warmup_epochs", "1", "eval_interval", "20"]
+    recipe += ["basic_lr_per_img", "0.01", "save_eval_report", "False"]
+    train.run_training(
+        train.parse_args(["-f", SHAPES_EXP, "-expn", "run", "-b", "4", "-l", "none", *data, *tiny, *recipe])
+    )
+    ckpt = str(tmp_path / "run" / "best_ckpt.pth")
+
+    export = load_tool("export")
+    files = {
+        "onnx": ["--format", "onnx", "--batch-size", "2"],  # static batch 2
+        "torchscript": ["--format", "torchscript", "--decode-in-inference"],
+        "xml": ["--format", "openvino", "--dynamic"],
+        "fp16.xml": ["--format", "openvino", "--dynamic", "--half"],
+        "int8.xml": ["--format", "openvino", "--dynamic", "--int8"],
+        "int8.onnx": ["--format", "onnx", "--dynamic", "--int8"],
+    }
+    base = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, "--no-check", "--tsize", "96", *data, *tiny]
+    for suffix, flags in files.items():
+        export.main([*flags, "--output-name", str(tmp_path / f"model.{suffix}"), *base])
+
+    # -b 3 on the static batch-2 graph: chunks of 2, the last one padded
+    flags = ["-b", "3", "--conf", "0.001"]
+    ckpt_flags = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, "--tsize", "96", *flags, *data, *tiny]
+    reference = _eval(*ckpt_flags, cwd=tmp_path)
+    assert float(reference[1]) > 0, reference  # a model that finds something: the comparison means something
+    for suffix in files:  # no -f: data, size, classes and thresholds come from the file
+        scored = _eval("-c", str(tmp_path / f"model.{suffix}"), *flags, "data_num_workers", "0", cwd=tmp_path)
+        if "fp16" in suffix or "int8" in suffix:
+            # reduced precision: at most 0.02 AP50:95 and 0.05 AP50 from fp32 on this model
+            drops = [float(ref) - float(got) for ref, got in zip(reference, scored)]
+            assert drops[0] <= 0.02 and drops[1] <= 0.05, (suffix, reference, scored)
+        else:
+            assert scored == reference, (suffix, reference, scored)
+
+    # the demo draws with the INT8 OpenVINO file, classes named from its metadata
+    demo = load_tool("demo")
+    images = Path(tiny_shapes_coco["root"]) / "val2017"
+    shown = ["--path", str(images), "-b", "3", "--conf", "0.05", "--save_result", "--save-json"]
+    demo.main(["image", "-c", str(tmp_path / "model.int8.xml"), *shown, *data])
+    (saved,) = (tmp_path / "run" / "vis_res").glob("*/detections.json")
+    drawn = json.loads(saved.read_text())
+    assert len(drawn) == tiny_shapes_coco["num_val"] and len(list(saved.parent.glob("*.jpg"))) == len(drawn)
+    names = {d["class_name"] for dets in drawn.values() for d in dets}
+    assert names and names <= {"circle", "square", "triangle", "star", "cross", "ring"}
+
+
+def test_demo_with_an_exported_file_draws_the_checkpoints_boxes(tiny_shapes_coco, tmp_path):
+    """A lively random model (moderate boxes and spread scores, where NMS decides the same on both sides; an
+    almost untrained model's 1e16 px boxes and saturated scores make its suppression hinge on rounding)."""
+    exp, model = _lively_nano(tiny_shapes_coco["config"], 64)
+    ckpt = tmp_path / "random.pth"
+    torch.save({"model": model.state_dict()}, ckpt)
+    onnx = str(tmp_path / "random.onnx")
+    names = ["circle", "square", "triangle", "star", "cross", "ring"]
+    export_onnx(model, onnx, export_metadata(exp, model, names, "onnx", False, None))
+    demo = load_tool("demo")
+    images = Path(tiny_shapes_coco["root"]) / "val2017"
+    shown = ["--path", str(images), "-b", "3", "--conf", "0.2", "--save-json", "output_dir", str(tmp_path)]
+    demo.main(["image", "-c", onnx, "-expn", "onnx", *shown])
+    demo.main(["image", "-n", "yolox-nano", "-c", str(ckpt), "--tsize", "64", "-expn", "torch", *shown,
+               "num_classes", "6", "dataset", tiny_shapes_coco["config"]])  # fmt: skip
+    (by_onnx,) = (tmp_path / "onnx" / "vis_res").glob("*/detections.json")
+    (by_torch,) = (tmp_path / "torch" / "vis_res").glob("*/detections.json")
+    drawn, expected = json.loads(by_onnx.read_text()), json.loads(by_torch.read_text())
+    assert {k: len(v) for k, v in drawn.items()} == {k: len(v) for k, v in expected.items()}
+    assert sum(map(len, drawn.values())) > 0
+    for name, dets in drawn.items():
+        # near-equal scores may come out in another order: match each box to one of the same class and score
+        unmatched = list(expected[name])
+        for mine in dets:
+            same = [
+                t
+                for t in unmatched
+                if t["class_id"] == mine["class_id"] and abs(t["score"] - mine["score"]) < 1e-4
+            ]
+            assert same, (name, mine)
+            theirs = min(same, key=lambda t: sum(abs(a - b) for a, b in zip(mine["bbox"], t["bbox"])))
+            unmatched.remove(theirs)
+            # the JSON rounds to 0.01 px: two rounding steps apart at most
+            assert all(abs(a - b) <= 0.02 for a, b in zip(mine["bbox"], theirs["bbox"])), (mine, theirs)

@@ -3,12 +3,11 @@ the prior, `freeze` keeps parts fixed, `patience` stops early (and survives a re
 
 import copy
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_tool_process
 from torch import nn
 
 from yolox_fast.exp import Exp
@@ -151,16 +150,7 @@ def test_freeze_keeps_the_part_and_its_batchnorm_fixed(part, frozen):
 
 
 def _train(*args: str, cwd: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "train.py"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
-    return out
+    return run_tool_process("train", *args, cwd=cwd)
 
 
 @pytest.mark.slow

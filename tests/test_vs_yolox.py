@@ -399,7 +399,7 @@ def test_gpu_check_runs_against_official_on_a_cpu(tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "vs official" in proc.stdout
-    for row in ("| iteration", "| grad checkpoint", "| train.py --fp16 --cache", "| oom retry"):
+    for row in ("| iteration", "| grad checkpoint", "| train.py --fp16 --cache", "| deploy", "| oom retry"):
         assert row in proc.stdout
     assert "| train.py --fp16 --cache | yolox-nano, 16 images, 2 epochs | ok" in proc.stdout
 

@@ -6,7 +6,7 @@ Each prints its figures and the ratio against a baseline measured in the same ru
 import importlib
 import sys
 
-SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "gpu")
+SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "deploy", "gpu")
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 python tools/demo.py image -n yolox-s -c yolox_s.pth --path assets/ --save_result -b 8
 python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --save_result
 python tools/demo.py webcam -n yolox-nano -c yolox_nano.pth --camid 0
+python tools/demo.py image -c shapes_nano.onnx --path photos/ -b 8 --save_result   # an exported file
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, run_on_images, run_on_stre
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
-from yolox_fast.inference import Predictor, load_inference_model
+from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
 from yolox_fast.utils.amp import amp_dtype
 
 
@@ -27,7 +28,9 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast demo")
     p.add_argument("demo", choices=("image", "video", "webcam"), help="input kind")
     add_exp_arguments(
-        p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists"
+        p,
+        "checkpoint (ours or official YOLOX), or a file tools/export.py wrote (.onnx, .torchscript: then "
+        "-f/-n is optional); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists",
     )
     p.add_argument(
         "--path",
@@ -76,18 +79,29 @@ def default_image_dir(exp) -> str:
 
 def main(argv=None) -> None:
     args = parse_with_overrides(make_parser(), argv)
-    exp = build_exp(args)
     if args.legacy:
         logger.info("--legacy has no effect: yolox_fast inputs are always BGR 0-255 without normalisation")
     if args.device == "gpu" and not torch.cuda.is_available():
         raise SystemExit("--device gpu but CUDA is not available")
     device = torch.device("cuda" if args.device == "gpu" else "cpu")
 
-    ckpt = args.ckpt
-    if ckpt is None:
-        trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
-        ckpt = trained if os.path.isfile(trained) else None
-    model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
+    if exported_format(args.ckpt):
+        if args.fp16 or args.fuse or args.channels_last:
+            raise ValueError(
+                f"--fp16, --fuse and --channels-last are for checkpoints: {args.ckpt}'s precision, layers "
+                "and layout are fixed at export"
+            )
+        model = load_exported_model(args.ckpt, device)
+        exp = build_exp(args, model.metadata)
+        class_names = model.metadata.class_names
+        device = model.device
+    else:
+        exp = build_exp(args)
+        ckpt = args.ckpt
+        if ckpt is None:
+            trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
+            ckpt = trained if os.path.isfile(trained) else None
+        model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
     predictor = Predictor(
         model,
         exp.num_classes,

@@ -4,6 +4,7 @@ python tools/eval.py -n yolox-s -c yolox_s.pth -b 64 --conf 0.001 --fuse
 python tools/eval.py -f exps/yolox_nano.py -b 8 -d 2                       # 2 processes
 torchrun --nproc_per_node 8 tools/eval.py -n yolox-m -c yolox_m.pth -b 64    # under torchrun
 python tools/eval.py -n yolox-s -c yolox_s.pth --speed                     # timing only
+python tools/eval.py -c shapes_nano.onnx -b 8                    # an exported file (or .torchscript)
 
 Besides the printed AP, the per-class table, confusion matrix, PR / F1 curves and the detections
 json go to <output_dir>/<exp_name>/eval/ (or --save-dir); see yolox_fast/evaluators/report.py.
@@ -21,7 +22,13 @@ from loguru import logger
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
 from yolox_fast.core.launch import launch
 from yolox_fast.evaluators.report import log_eval_report, write_eval_report
-from yolox_fast.inference import load_inference_model
+from yolox_fast.inference import (
+    ExportedModel,
+    exported_format,
+    load_exported_model,
+    load_inference_model,
+    model_device,
+)
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.logger import setup_logger
 
@@ -29,7 +36,9 @@ from yolox_fast.utils.logger import setup_logger
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast eval")
     add_exp_arguments(
-        p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth"
+        p,
+        "checkpoint (ours or official YOLOX), or a file tools/export.py wrote (.onnx, .torchscript: then "
+        "-f/-n is optional); default: <output_dir>/<exp_name>/best_ckpt.pth",
     )
     p.add_argument("-b", "--batch-size", type=int, default=64, help="total batch size over all processes")
     p.add_argument("-d", "--devices", type=int, default=1, help="processes to start (GPUs, or CPU workers)")
@@ -64,7 +73,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 def evaluate(args) -> tuple:
     """Run in every process of the job; returns (ap50_95, ap50, summary) (the same on every rank)."""
-    exp = build_eval_exp(args)
+    device = dist_utils.local_device()
+    exported = load_exported_model(args.ckpt, device) if exported_format(args.ckpt) else None
+    exp = build_eval_exp(args, exported)
     rank = dist_utils.get_rank()
     world = dist_utils.get_world_size()
     save_dir = os.path.join(exp.output_dir, exp.exp_name)
@@ -76,15 +87,17 @@ def evaluate(args) -> tuple:
         torch.manual_seed(args.seed)
     if world > 1 and args.batch_size % world:
         raise ValueError(f"batch size {args.batch_size} is not divisible by the {world} processes")
-    device = dist_utils.local_device()
 
-    ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
-    if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
-        ckpt = None  # timing does not need trained weights (load_inference_model warns)
-    model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
+    if exported is not None:
+        model, class_names = exported, exported.metadata.class_names
+    else:
+        ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
+        if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
+            ckpt = None  # timing does not need trained weights (load_inference_model warns)
+        model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
     logger.info(
         f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
-        f"{world} process(es), batch {args.batch_size // world} per process, device {device}"
+        f"{world} process(es), batch {args.batch_size // world} per process, device {model_device(model)}"
     )
 
     exp.prepare_dataset()
@@ -106,9 +119,14 @@ def evaluate(args) -> tuple:
     return ap50_95, ap50, summary
 
 
-def build_eval_exp(args):
-    """The exp of -f/-n with the trailing overrides and the command-line thresholds applied."""
-    exp = build_exp(args)
+def build_eval_exp(args, exported: ExportedModel | None = None):
+    """The exp of -f/-n (optional with an `exported` file: see build_exp) with the trailing overrides and
+    the command-line thresholds applied."""
+    if exported is not None and (args.fp16 or args.fuse):
+        raise ValueError(
+            f"--fp16 and --fuse are for checkpoints: {args.ckpt}'s precision and layers are fixed at export"
+        )
+    exp = build_exp(args, exported.metadata if exported is not None else None)
     if args.conf is not None:
         exp.test_conf = args.conf
     if args.nms is not None:
@@ -122,7 +140,8 @@ def build_eval_exp(args):
 
 def main(argv=None) -> None:
     args = parse_with_overrides(make_parser(), argv)
-    build_eval_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every process
+    # fail here, once, on a bad -f/-n, override or exported file rather than in every process
+    build_eval_exp(args, load_exported_model(args.ckpt) if exported_format(args.ckpt) else None)
     # each process rebuilds the exp: an exp class loaded from a file does not pickle into spawned workers
     launch(
         evaluate,

@@ -14,6 +14,9 @@ Rows (each with the baseline measured in the same run):
 - train.py: a short `tools/train.py --fp16 --cache` run on generated data (exit code, images/s).
 - oom retry: the assigner with a budget far above what is free (the GPU filled on purpose): it must
   catch the out-of-memory error, retry in smaller chunks and give the unchunked result.
+- deploy: the train.py run's checkpoint exported to TensorRT (fp32, fp16) and fp16 TorchScript with
+  tools/export.py, each scored by `tools/eval.py -c FILE` against the checkpoint's own AP and images/s
+  (TensorRT needs `pip install "yolox_fast[tensorrt]"`; the first runs of this path are here).
 Official columns are left out when official YOLOX is not importable.
 """
 
@@ -42,6 +45,8 @@ from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
 
 REPO = Path(__file__).resolve().parents[2]
+AP_LINE = re.compile(r"AP50:95 (\d\.\d{4})  AP50 (\d\.\d{4})")
+SPEED_LINE = re.compile(r"([0-9.]+) images/s")
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
 
 
@@ -148,6 +153,7 @@ def train_rows(args, device: torch.device) -> list[list]:
         "gpu_check",
         *(str(x) for kv in opts.items() for x in kv),
     ]
+    args.train_opts = [str(x) for kv in opts.items() if kv[0] != "max_epoch" for x in kv]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
     wall = time.perf_counter() - t0
@@ -162,6 +168,51 @@ def train_rows(args, device: torch.device) -> list[list]:
         logger.error(done.stderr[-3000:])
     return [["train.py --fp16 --cache", f"{args.model}, {args.train_images} images, 2 epochs", status,
              f"{wall:.0f} s wall", rate, "", ""]]  # fmt: skip
+
+
+def _tool(name: str, argv: list[str], timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "tools" / f"{name}.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _scored(done: subprocess.CompletedProcess) -> str:
+    """'AP50:95 x AP50 y, z images/s' from an eval run, or why it failed."""
+    text = done.stdout + done.stderr
+    if done.returncode != 0:
+        return f"FAILED rc {done.returncode}: {text.strip().splitlines()[-1]}"
+    ap, speed = AP_LINE.findall(text), SPEED_LINE.findall(text)
+    return f"AP50:95 {ap[-1][0]} AP50 {ap[-1][1]}" + (f", {speed[-1]} img/s" if speed else "")
+
+
+def deploy_rows(args, device: torch.device) -> list[list]:
+    if device.type != "cuda":
+        return [["deploy", "-", "n/a on CPU (TensorRT and fp16 TorchScript need CUDA)", "", "", "", ""]]
+    ckpt = Path(args.out).resolve() / "gpu_check" / "latest_ckpt.pth"
+    if not ckpt.is_file():
+        return [["deploy", "-", f"no {ckpt}: the train.py row failed", "", "", "", ""]]
+    model = ["-n", args.model, "-c", str(ckpt)]
+    scoring = ["-b", "32", "--conf", "0.001"]
+    reference = _scored(_tool("eval", [*model, *scoring, *args.train_opts], 600))
+    rows = [["deploy", "checkpoint (eval.py)", reference, "", "", "", ""]]
+    exports = {
+        "tensorrt fp32": ["--format", "tensorrt", "--dynamic", "--batch-size", "32"],
+        "tensorrt fp16": ["--format", "tensorrt", "--dynamic", "--batch-size", "32", "--half"],
+        "torchscript fp16": ["--format", "torchscript", "--device", "gpu", "--half"],
+    }
+    for name, flags in exports.items():
+        path = Path(args.out).resolve() / f"{name.replace(' ', '_')}.{flags[1].replace('tensorrt', 'engine')}"
+        t0 = time.perf_counter()
+        done = _tool("export", [*flags, *model, "--output-name", str(path), *args.train_opts], 900)
+        built = time.perf_counter() - t0
+        result = _scored(_tool("eval", ["-c", str(path), *scoring], 600)) if done.returncode == 0 else (
+            f"export FAILED: {(done.stdout + done.stderr).strip().splitlines()[-1]}"
+        )  # fmt: skip
+        rows.append(["deploy", name, result, f"{built:.0f} s export", "", "", ""])
+    return rows
 
 
 def oom_rows(args, device: torch.device) -> list[list]:
@@ -225,6 +276,7 @@ def main(argv) -> None:
     rows = iteration_rows(args, device, amp_dtype)
     rows += checkpoint_rows(args, device, amp_dtype)
     rows += train_rows(args, device)
+    rows += deploy_rows(args, device)
     rows += oom_rows(args, device)
     print(f"\n{where}, {str(amp_dtype).replace('torch.', '')}; {time.perf_counter() - start:.0f} s in all")
     print(tabulate(rows, headers=["check", "setting", "side / result", "time", "rate", "vs baseline",

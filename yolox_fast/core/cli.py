@@ -9,13 +9,14 @@ import os
 import sys
 from collections.abc import Callable
 
-from yolox_fast.exp import get_exp
+from yolox_fast.exp import Exp, get_exp
+from yolox_fast.inference.exported import ExportMetadata, MissingExtraError, check_input_size
 from yolox_fast.utils.checkpoint import CheckpointError
 from yolox_fast.utils.run_lock import RunLockError
 
 # what the user can fix: missing data or files, a bad value in an exp, a description or on the command
-# line, a checkpoint that cannot be used, an output folder another run holds; each message names the
-# thing and what to do
+# line, a checkpoint that cannot be used, an output folder another run holds, a runtime package not
+# installed; each message names the thing and what to do
 USER_ERRORS = (
     FileNotFoundError,
     NotADirectoryError,
@@ -23,6 +24,7 @@ USER_ERRORS = (
     ValueError,
     CheckpointError,
     RunLockError,
+    MissingExtraError,
 )
 DEBUG_ENV = "YOLOX_FAST_DEBUG"
 
@@ -84,15 +86,35 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def build_exp(args: argparse.Namespace):
+def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
     """The exp of -f/-n with the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, --tsize
-    when the tool has it, and num_classes None resolved (from the dataset, else from -c)."""
-    exp = get_exp(args.exp_file, args.name)
+    when the tool has it, and num_classes None resolved (from the dataset, else from -c).
+
+    `exported`: the metadata of the exported file -c names. Its num_classes and input size are the model's
+    and replace the exp's; -f/-n is then optional: without it the exp is the default one with the file's
+    exp_name, dataset, data_dir and thresholds (test_conf, nmsthre). --tsize must be the file's input size.
+    """
+    if exported is not None and not (args.exp_file or args.name):
+        exp = Exp()
+        exp.exp_name, exp.dataset, exp.data_dir = exported.exp_name, exported.dataset, exported.data_dir
+        exp.test_conf, exp.nmsthre = exported.test_conf, exported.nmsthre
+    else:
+        exp = get_exp(args.exp_file, args.name)
+    if exported is not None:
+        exp.num_classes, exp.test_size = exported.num_classes, tuple(exported.test_size)
     exp.merge(args.opts)
     if args.experiment_name:
         exp.exp_name = args.experiment_name
     if getattr(args, "tsize", None) is not None:
+        if exported is not None:
+            check_input_size(exported, (args.tsize, args.tsize), args.ckpt)
         exp.test_size = (args.tsize, args.tsize)
     exp.validate()
-    exp.resolve_num_classes(getattr(args, "ckpt", None))
+    if exported is None:
+        exp.resolve_num_classes(getattr(args, "ckpt", None))
+    elif (exp.num_classes, tuple(exp.test_size)) != (exported.num_classes, tuple(exported.test_size)):
+        raise ValueError(
+            f"{args.ckpt} was exported with num_classes {exported.num_classes} and input size "
+            f"{tuple(exported.test_size)}: the overrides cannot change them"
+        )
     return exp

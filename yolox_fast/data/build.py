@@ -201,6 +201,12 @@ def build_eval_dataset(exp) -> DetectionDataset:
     return _dataset(exp, dataset_config(exp), "val", exp.test_size)
 
 
+def build_calibration_dataset(exp) -> DetectionDataset:
+    """The training split with evaluation's items (letterboxed to exp.test_size, no augmentation): the
+    images an INT8 export calibrates its activation ranges on."""
+    return _dataset(exp, dataset_config(exp), "train", exp.test_size)
+
+
 def build_eval_loader(exp, batch_size: int, is_distributed: bool) -> DataLoader:
     """Eval loader: rank r gets items r::world (each image once over all ranks); batches per eval_collate."""
     dataset = build_eval_dataset(exp)

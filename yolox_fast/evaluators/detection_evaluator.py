@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from loguru import logger
 
-from yolox_fast.inference.predictor import Detections, detect_batch
+from yolox_fast.inference.predictor import Detections, detect_batch, model_device
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype
 from yolox_fast.utils.progress import Progress
@@ -80,11 +80,11 @@ def run_inference(
     """Detections of `model` for every image of this rank's loader (B images per forward).
 
     The loader yields (imgs (B, 3, H, W) float32 letterboxed to `img_size`, targets, img_info
-    (orig_h, orig_w) per image, img_ids). `half`: autocast (fp16 on CUDA, bf16 on CPU). The model is
-    put in eval mode and left there.
+    (orig_h, orig_w) per image, img_ids); `model` is a torch model or an `ExportedModel`. `half`: autocast
+    (fp16 on CUDA, bf16 on CPU). The model is put in eval mode and left there.
     """
     model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     dtype = amp_dtype(device, fp16=half)
     result = InferenceResult()
     # rank 0 shows its own shard's progress (the shards are of equal size), the other ranks stay quiet

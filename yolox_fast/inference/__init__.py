@@ -1,11 +1,23 @@
 """Running a trained detector: the Predictor and the batch forward + NMS every caller shares."""
 
+from yolox_fast.inference.exported import ExportedModel, exported_format, load_exported_model
 from yolox_fast.inference.predictor import (
     Detections,
     Predictor,
     detect_batch,
     load_inference_model,
+    model_device,
     to_original_coords,
 )
 
-__all__ = ["Detections", "Predictor", "detect_batch", "load_inference_model", "to_original_coords"]
+__all__ = [
+    "Detections",
+    "ExportedModel",
+    "Predictor",
+    "detect_batch",
+    "exported_format",
+    "load_exported_model",
+    "load_inference_model",
+    "model_device",
+    "to_original_coords",
+]

@@ -16,6 +16,7 @@ import torch.nn as nn
 from loguru import logger
 
 from yolox_fast.data.augment import letterbox
+from yolox_fast.inference.exported import ExportedModel
 from yolox_fast.models.network_blocks import fuse_model
 from yolox_fast.utils.amp import autocast
 from yolox_fast.utils.boxes import postprocess
@@ -94,6 +95,13 @@ def detect_batch(
     return TimedDetections(to_original_coords(kept, orig_hw, img_size), t1 - t0, t2 - t1)
 
 
+def model_device(model: nn.Module | ExportedModel) -> torch.device:
+    """Where `model` takes its input: an exported model's device, else its parameters' device."""
+    if isinstance(model, ExportedModel):
+        return model.device
+    return next(model.parameters()).device
+
+
 def load_inference_model(
     exp, ckpt_path: str | None, device: torch.device | str = "cpu", fuse: bool = False
 ) -> tuple[nn.Module, tuple[str, ...]]:
@@ -150,6 +158,7 @@ class Predictor:
     `amp_dtype`: autocast dtype (see utils.amp.amp_dtype), None for fp32.
     `class_agnostic`: NMS across classes, so one object gets one box (what a picture wants; official
     YOLOX's demo does the same); False: within each class, as evaluation does.
+    `model`: a torch model in eval mode or an `ExportedModel` (no `channels_last` then).
     `channels_last` converts the model to NHWC memory format, which oneDNN (CPU) and tensor cores
     (CUDA) run faster (about 1.3x for nano on CPU), but whose kernels depend on the batch size: an
     image's boxes then differ between batch sizes by fp32 rounding (up to ~1e-3 px), whereas the
@@ -158,7 +167,7 @@ class Predictor:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: nn.Module | ExportedModel,
         num_classes: int,
         test_size: Sequence[int],
         conf: float,
@@ -170,7 +179,11 @@ class Predictor:
     ) -> None:
         self.model = model.eval()
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.model.to(memory_format=self.memory_format)
+        if isinstance(model, ExportedModel):
+            if channels_last:
+                raise ValueError("channels_last is for torch models: an exported layout is fixed")
+        else:
+            self.model.to(memory_format=self.memory_format)
         self.num_classes = num_classes
         self.test_size = tuple(test_size)
         self.conf = conf

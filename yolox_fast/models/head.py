@@ -14,6 +14,14 @@ from yolox_fast.models.network_blocks import BaseConv, DWConv
 LossFn = Callable[..., dict]
 
 
+def level_grid(h: int, w: int, stride: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """One FPN level's cell indices (h*w, 2) as (x, y), row-major, and its strides (h*w,): what
+    `YOLOXHead.decode_boxes` takes (also for outputs a runtime left undecoded)."""
+    ys, xs = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
+    grid = torch.stack((xs, ys), dim=2).reshape(h * w, 2).to(dtype)
+    return grid, torch.full((h * w,), stride, device=device, dtype=dtype)
+
+
 class YOLOXHead(nn.Module):
     """Per FPN level: 1x1 stem, then a cls branch (two 3x3 convs -> C logits) and a reg branch
     (two 3x3 convs -> 4 box offsets and 1 objectness logit). One prediction per grid cell.
@@ -81,12 +89,7 @@ class YOLOXHead(nn.Module):
     def _level_grid(self, k: int, h: int, w: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
         key = (k, h, w, device, dtype)
         if key not in self._grid_cache:
-            ys, xs = torch.meshgrid(
-                torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij"
-            )
-            grid = torch.stack((xs, ys), dim=2).reshape(h * w, 2).to(dtype)
-            stride = torch.full((h * w,), self.strides[k], device=device, dtype=dtype)
-            self._grid_cache[key] = (grid, stride)
+            self._grid_cache[key] = level_grid(h, w, self.strides[k], device, dtype)
         return self._grid_cache[key]
 
     def grids_and_strides(

@@ -1,0 +1,169 @@
+"""Export a checkpoint to ONNX, TorchScript or OpenVINO with its metadata, then check it against PyTorch.
+
+python tools/export.py --format onnx -f exps/example/shapes_nano.py      # best_ckpt.pth -> shapes_nano.onnx
+python tools/export.py --format onnx -n yolox-s -c yolox_s.pth --dynamic --decode-in-inference
+python tools/export.py --format onnx -f exps/example/shapes_nano.py --dynamic --int8   # calibrated INT8
+python tools/export.py --format openvino -f exps/example/shapes_nano.py --dynamic   # shapes_nano.xml + .bin
+python tools/export.py --format openvino -f exps/example/shapes_nano.py --dynamic --int8 --calib-images 300
+python tools/export.py --format torchscript -f exps/yolox_nano.py -c best_ckpt.pth
+python tools/export.py --format torchscript -n yolox-s -c yolox_s.pth --device gpu --half  # fp16, CUDA
+python tools/export.py --format tensorrt -n yolox-s -c yolox_s.pth --dynamic --batch-size 32 --half  # GPU
+
+The file carries class names, input size, strides, num_classes, whether it decodes, its precision and the
+exp's test_conf / nmsthre, so `tools/eval.py -c FILE` and `tools/demo.py image -c FILE` need no -f.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+import torch
+from loguru import logger
+
+from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
+from yolox_fast.core.export import (
+    FORMATS,
+    SUFFIXES,
+    CalibrationImages,
+    export_file,
+    export_metadata,
+    exported_size,
+    output_diff,
+)
+from yolox_fast.data.build import build_calibration_dataset
+from yolox_fast.inference import load_exported_model, load_inference_model
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser("yolox_fast export")
+    p.add_argument("--format", choices=FORMATS, default="onnx", help="file format (default onnx)")
+    p.add_argument(
+        "--output-name",
+        type=str,
+        default=None,
+        help="output path (default: <exp_name>[_fp16|_int8].onnx / .torchscript / .xml)",
+    )
+    p.add_argument("-o", "--opset", type=int, default=11, help="ONNX opset version")
+    p.add_argument(
+        "--batch-size", type=int, default=1, help="batch size of a static ONNX graph (TorchScript takes any)"
+    )
+    p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="ONNX / OpenVINO: symbolic batch; TensorRT: batches 1 to --batch-size",
+    )
+    p.add_argument(
+        "--decode-in-inference",
+        action="store_true",
+        help="decode boxes to pixels inside the graph (default: raw head outputs, decoded by the caller)",
+    )
+    p.add_argument(
+        "--half",
+        action="store_true",
+        help="fp16: OpenVINO weights in fp16; TorchScript traced in fp16 (CUDA only: needs --device gpu)",
+    )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="ONNX / OpenVINO quantized to INT8, calibrated on training images (see --calib-images)",
+    )
+    p.add_argument(
+        "--calib-images",
+        type=int,
+        default=300,
+        help="training images the INT8 calibration measures activation ranges on (default 300)",
+    )
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="TorchScript: device to trace on")
+    add_exp_arguments(
+        p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists"
+    )
+    p.add_argument("--tsize", type=int, default=None, help="square input size (default: exp.test_size)")
+    p.add_argument("--no-check", action="store_true", help="skip the comparison with PyTorch")
+    return p
+
+
+def check_flags(args) -> None:
+    """Flags that do not fit the format: one clear error rather than a file that ignores them."""
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.format == "onnx" and args.half:
+        raise ValueError(
+            "--half: onnxruntime's CPU provider has no fp16 convolutions; for smaller, faster CPU files use "
+            "--int8, or --format openvino --half"
+        )
+    if args.format in ("onnx", "openvino") and args.device == "gpu":
+        raise ValueError(
+            f"--device gpu is for TorchScript and TensorRT; {args.format} is exported on the CPU"
+        )
+    if args.format == "tensorrt" and args.int8:
+        raise ValueError(
+            "--int8 for TensorRT is not built (it needs a calibrator run on the GPU): use --half"
+        )
+    if args.format == "torchscript" and (args.dynamic or args.int8):
+        raise ValueError("--dynamic and --int8 are for ONNX and OpenVINO (TorchScript takes any batch)")
+    if args.int8 and args.half:
+        raise ValueError("--int8 and --half: choose one precision")
+    if args.int8 and args.calib_images < 1:
+        raise ValueError(f"--calib-images must be >= 1, got {args.calib_images}")
+    if args.format == "tensorrt" and not torch.cuda.is_available():
+        raise ValueError("--format tensorrt builds the engine on the NVIDIA GPU it runs on: no CUDA here")
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise ValueError("--device gpu but CUDA is not available here")
+    if args.format == "torchscript" and args.half and args.device != "gpu":
+        raise ValueError(
+            "--half: fp16 TorchScript runs on CUDA only (CPU convolutions have no fp16 kernels); "
+            "add --device gpu on a CUDA machine, or export fp32"
+        )
+
+
+def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
+    args = parse_with_overrides(parser or make_parser(), argv)
+    check_flags(args)
+    exp = build_exp(args)
+    ckpt = args.ckpt
+    if ckpt is None:
+        trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
+        ckpt = trained if os.path.isfile(trained) else None
+    precision = "int8" if args.int8 else "fp16" if args.half else "fp32"
+    tag = "" if precision == "fp32" else f"_{precision}"
+    output = args.output_name or f"{exp.exp_name}{tag}{SUFFIXES[args.format]}"
+    device = "cuda" if args.device == "gpu" or args.format == "tensorrt" else "cpu"
+
+    model, class_names = load_inference_model(exp, ckpt, "cpu")
+    static_batch = None if args.dynamic or args.format == "torchscript" else args.batch_size
+    calibration = None
+    if args.int8:
+        exp.prepare_dataset()
+        calibration = CalibrationImages(build_calibration_dataset(exp), args.calib_images, static_batch or 1)
+        logger.info(f"INT8 calibration on {calibration.num_images} training images at {exp.test_size}")
+    meta = export_metadata(
+        exp,
+        model,
+        class_names,
+        args.format,
+        args.decode_in_inference,
+        static_batch,
+        precision,
+        device,
+        calibration.num_images if calibration else 0,
+    )
+    if args.format == "tensorrt" and args.dynamic:
+        meta = dataclasses.replace(meta, max_batch=args.batch_size)
+    export_file(model, output, meta, args.batch_size, calibration, args.opset)
+    print(f"exported {output} ({exported_size(output) / 2**20:.1f} MiB)")
+    if args.no_check:
+        return
+    # one more image than the traced batch: a dynamic graph at another batch, a static one padded
+    batch = args.batch_size + 1
+    images = torch.rand(batch, 3, *exp.test_size, generator=torch.Generator().manual_seed(0)) * 255
+    diff, relative = output_diff(model, load_exported_model(output, device), images)
+    logger.info(f"{args.format} {precision} vs PyTorch on a batch of {batch} noise images, decoded outputs:")
+    print(f"max abs diff: {diff:.3e} (relative: {relative:.3e})")
+    if precision != "fp32":
+        print(f"{precision} differs from fp32 by design: `python tools/eval.py -c {output}` scores its AP")
+
+
+if __name__ == "__main__":
+    run_tool(main)
