@@ -9,13 +9,18 @@ python tools/demo.py image -c shapes_nano.onnx --path photos/ -b 8 --save_result
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
+from yolox_fast.core.cli import (
+    add_exp_arguments,
+    build_exp,
+    default_checkpoint,
+    parse_with_overrides,
+    run_tool,
+)
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, run_on_images, run_on_stream, timestamped_dir
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
@@ -97,10 +102,7 @@ def main(argv=None) -> None:
         device = model.device
     else:
         exp = build_exp(args)
-        ckpt = args.ckpt
-        if ckpt is None:
-            trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
-            ckpt = trained if os.path.isfile(trained) else None
+        ckpt = default_checkpoint(exp, args.ckpt)
         model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
     predictor = Predictor(
         model,

@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
+from yolox_fast.core.cli import (
+    add_exp_arguments,
+    build_exp,
+    default_checkpoint,
+    parse_with_overrides,
+    run_tool,
+)
 from yolox_fast.core.export import (
     FORMATS,
     SUFFIXES,
@@ -122,10 +127,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
     args = parse_with_overrides(parser or make_parser(), argv)
     check_flags(args)
     exp = build_exp(args)
-    ckpt = args.ckpt
-    if ckpt is None:
-        trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
-        ckpt = trained if os.path.isfile(trained) else None
+    ckpt = default_checkpoint(exp, args.ckpt)
     precision = "int8" if args.int8 else "fp16" if args.half else "fp32"
     tag = "" if precision == "fp32" else f"_{precision}"
     output = args.output_name or f"{exp.exp_name}{tag}{SUFFIXES[args.format]}"

@@ -30,7 +30,7 @@ from loguru import logger
 from tabulate import tabulate
 
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
-from yolox_fast.core.export import CalibrationImages, export_file, export_metadata, exported_size
+from yolox_fast.core.export import SUFFIXES, CalibrationImages, export_file, export_metadata, exported_size
 from yolox_fast.data.build import build_calibration_dataset, build_eval_dataset
 from yolox_fast.inference import load_exported_model, load_inference_model
 
@@ -44,7 +44,7 @@ ROWS = (
     ("openvino", "fp16"),
     ("openvino", "int8"),
 )
-SUFFIX = {"torchscript": ".torchscript", "onnx": ".onnx", "openvino": ".xml"}
+FORMATS = tuple(dict.fromkeys(fmt for fmt, _ in ROWS if fmt != "pytorch"))
 SHAPES_EXP = Path(__file__).resolve().parents[2] / "exps" / "example" / "shapes_nano.py"
 
 
@@ -89,7 +89,7 @@ def _median_call(model: Callable, images: torch.Tensor, runs: int) -> float:
 
 
 def _export(fmt: str, precision: str, model, exp, class_names, folder: str, calibration) -> str:
-    path = os.path.join(folder, f"{exp.exp_name}_{precision}{SUFFIX[fmt]}")
+    path = os.path.join(folder, f"{exp.exp_name}_{precision}{SUFFIXES[fmt]}")
     meta = export_metadata(
         exp,
         model,
@@ -124,17 +124,24 @@ def main(argv=None) -> None:
     exp.prepare_dataset()
     model, class_names = load_inference_model(exp, ckpt, "cpu")
     formats = args.formats.split(",")
-    unknown = set(formats) - set(SUFFIX)
+    unknown = set(formats) - set(FORMATS)
     if unknown:
-        raise SystemExit(f"--formats: unknown {', '.join(sorted(unknown))} (choose from {', '.join(SUFFIX)})")
+        choices = ", ".join(FORMATS)
+        raise SystemExit(f"--formats: unknown {', '.join(sorted(unknown))} (choose from {choices})")
     wanted = [(f, p) for f, p in ROWS if f == "pytorch" or f in formats]
     calibration = None
     if any(p == "int8" for _, p in wanted):
         calibration = CalibrationImages(build_calibration_dataset(exp), args.calib_images, 1)
 
-    folder_context = tempfile.TemporaryDirectory() if args.out is None else None
-    folder = args.out or folder_context.name
-    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.out or tmp
+        os.makedirs(folder, exist_ok=True)
+        rows = _export_rows(wanted, model, exp, class_names, folder, calibration)
+        _measure(rows, exp, class_names, args)
+
+
+def _export_rows(wanted, model, exp, class_names, folder: str, calibration) -> list[Row]:
+    """The PyTorch row and one per exported file (written into `folder`), each read back as eval reads it."""
     rows: list[Row] = []
     for fmt, precision in wanted:
         if fmt == "pytorch":
@@ -144,7 +151,11 @@ def main(argv=None) -> None:
         path = _export(fmt, precision, model, exp, class_names, folder, calibration)
         exported = load_exported_model(path)
         rows.append(Row(fmt, precision, exported, exported.runs_in, exported_size(path) / 2**20))
+    return rows
 
+
+def _measure(rows: list[Row], exp, class_names, args) -> None:
+    """Score, time and print every row."""
     for row in rows:
         row.ap50_95, row.ap50 = _score(exp, row.model, class_names, args.batch_size)
         logger.info(f"{row.fmt} {row.precision}: AP50:95 {row.ap50_95:.4f}  AP50 {row.ap50:.4f}")
@@ -164,12 +175,10 @@ def main(argv=None) -> None:
             row.latency.append(_median_call(row.model, one, args.runs))
             row.throughput.append(args.batch_size / _median_call(row.model, big, args.runs))
         logger.info(f"timing round {round_index + 1}/{args.rounds} done")
-    print_table(rows, exp, args, calibration)
-    if folder_context is not None:
-        folder_context.cleanup()
+    print_table(rows, exp, len(val), args)
 
 
-def print_table(rows: list[Row], exp, args, calibration) -> None:
+def print_table(rows: list[Row], exp, num_val: int, args) -> None:
     base = rows[0]
     base_latency, base_throughput = statistics.median(base.latency), statistics.median(base.throughput)
     table = []
@@ -190,9 +199,10 @@ def print_table(rows: list[Row], exp, args, calibration) -> None:
                 f"{row.size_mib:.1f}",
             ]
         )
-    calibrated = f", INT8 calibrated on {calibration.num_images} training images" if calibration else ""
+    int8 = [row.model.metadata.calibration_images for row in rows if row.precision == "int8"]
+    calibrated = f", INT8 calibrated on {int8[0]} training images" if int8 else ""
     print(
-        f"\ndeploy: {exp.exp_name} at {exp.test_size[0]}x{exp.test_size[1]}, {len(build_eval_dataset(exp))} "
+        f"\ndeploy: {exp.exp_name} at {exp.test_size[0]}x{exp.test_size[1]}, {num_val} "
         f"val images, {torch.get_num_threads()} threads{calibrated}; times: median of {args.runs} calls x "
         f"{args.rounds} rounds (range over rounds)"
     )

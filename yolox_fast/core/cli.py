@@ -86,6 +86,15 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def default_checkpoint(exp, ckpt: str | None) -> str | None:
+    """`ckpt` (-c), else the exp's training output <output_dir>/<exp_name>/best_ckpt.pth if it exists, else
+    None (the tool then runs random weights and says so)."""
+    if ckpt is not None:
+        return ckpt
+    trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")
+    return trained if os.path.isfile(trained) else None
+
+
 def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
     """The exp of -f/-n with the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, --tsize
     when the tool has it, and num_classes None resolved (from the dataset, else from -c).

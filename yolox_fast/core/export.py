@@ -269,6 +269,8 @@ def export_openvino(
     (asymmetric activations: SiLU outputs go below zero).
     """
     ov = require("openvino", "openvino")
+    if metadata.precision == "int8" and calibration is None:
+        raise ValueError("an INT8 export needs calibration images")
     coarsest = [math.ceil(side / max(metadata.strides)) for side in metadata.test_size]
     if metadata.precision == "int8" and min(coarsest) < 3:
         raise ValueError(
@@ -281,8 +283,6 @@ def export_openvino(
         export_onnx(model, source, dataclasses.replace(metadata, format="onnx"), batch_size, INT8_MIN_OPSET)
         ov_model = ov.convert_model(source)
     if metadata.precision == "int8":
-        if calibration is None:
-            raise ValueError("an INT8 export needs calibration images")
         nncf = require("nncf", "openvino")
         ov_model = nncf.quantize(
             ov_model,
