@@ -175,3 +175,20 @@ def test_validate_catches_what_an_exp_file_sets(tmp_path):
     exp.ema_ramp = 400.0
     exp.merge(["my_own_knob", "4"])
     assert exp.my_own_knob == 4
+
+
+def test_mixed_precision_fields_merge_and_validate():
+    exp = Exp()
+    assert (exp.cpu_amp_dtype, exp.scaler_init_scale, exp.scaler_growth_interval) == ("bf16", 65536.0, 2000)
+    exp.merge(["cpu_amp_dtype", "fp16", "scaler_init_scale", "1024", "scaler_growth_interval", "50"])
+    exp.validate()
+    assert (exp.cpu_amp_dtype, exp.scaler_init_scale, exp.scaler_growth_interval) == ("fp16", 1024.0, 50)
+    with pytest.raises(ValueError, match=r"'cpu_amp_dtype' to 'fp8': expected Literal\['bf16', 'fp16'\]"):
+        exp.merge(["cpu_amp_dtype", "fp8"])
+    for key, value in (("scaler_init_scale", "0"), ("scaler_growth_interval", "0")):
+        bad = Exp()
+        bad.merge([key, value])
+        with pytest.raises(
+            ValueError, match="scaler_init_scale must be > 0 and exp.scaler_growth_interval >= 1"
+        ):
+            bad.validate()

@@ -58,7 +58,11 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-e", "--start_epoch", type=int, default=None, help="epoch to resume at (1-based)")
     amp = parser.add_mutually_exclusive_group()
-    amp.add_argument("--fp16", action="store_true", help="fp16 autocast + loss scaling (bf16 on CPU)")
+    amp.add_argument(
+        "--fp16",
+        action="store_true",
+        help="fp16 autocast + loss scaling (bf16 on CPU, unless the exp override cpu_amp_dtype fp16)",
+    )
     amp.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument(
         "--cache",

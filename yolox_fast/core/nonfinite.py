@@ -80,13 +80,20 @@ class NonFiniteGuard:
         self.streak = 0
 
     def skip_step(self, losses: dict[str, float], bad_loss: bool, epoch: int, it: int) -> None:
-        """A step with a non-finite loss or gradient is not applied; MAX_NONFINITE_STREAK in a row stop
-        the run. `losses`: the step's named losses for the warning; epoch and it are 0-based."""
-        if not bad_loss and self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0:
-            # fp16 overflow at a loss scale >= 1: the scaler's own business (it lowers the scale), and
-            # the statistics of the forward pass are sound
-            return
+        """A step with a non-finite loss or gradient is not applied (its BN statistics are put back);
+        MAX_NONFINITE_STREAK in a row stop the run, fp16 overflows at a loss scale >= 1 aside. `losses`:
+        the step's named losses for the warning; epoch and it are 0-based."""
+        # the step's forward passes folded their batches into the BN statistics: a step not applied gives
+        # them back, so that weights, EMA and statistics all stay those of the last applied step
         self.restore_bn()
+        if not bad_loss and self.scaler.is_enabled() and self.scaler.get_scale() >= 1.0:
+            # fp16 overflow at a loss scale >= 1: the scaler's own business (it halves the scale), neither
+            # a warning nor a step towards the stop
+            logger.debug(
+                f"fp16 gradient overflow at epoch {epoch + 1} iter {it + 1}, loss scale "
+                f"{self.scaler.get_scale():g}: step skipped"
+            )
+            return
         self.streak += 1
         values = ", ".join(f"{k} {v:.4g}" for k, v in losses.items())
         what = "loss" if bad_loss else "gradient (the loss was finite)"

@@ -65,6 +65,19 @@ def log_trainable(model: torch.nn.Module, freeze: str) -> None:
     logger.info(f"trainable parameters: {trainable:,} of {total:,} (freeze: {freeze})")
 
 
+def amp_summary(trainer) -> str:
+    """The run summary's precision: the autocast dtype, and for fp16 the loss scaler's state and settings."""
+    if trainer.amp_dtype is None:
+        return "off (fp32)"
+    dtype = str(trainer.amp_dtype).replace("torch.", "")
+    if not trainer.scaler.is_enabled():
+        return dtype
+    return (
+        f"{dtype} + loss scaling (scale {trainer.scaler.get_scale():g}, doubled after "
+        f"{trainer.exp.scaler_growth_interval} steps without overflow)"
+    )
+
+
 def log_run_summary(trainer) -> None:
     """The environment and the exp's fields as two tables, on rank 0, at the start of a run."""
     if trainer.rank != 0:
@@ -84,7 +97,7 @@ def log_run_summary(trainer) -> None:
             f"{trainer.world_size} ({dist.get_backend() if trainer.is_distributed else 'single process'})",
         ),
         ("launcher", launcher_name()),
-        ("amp", str(trainer.amp_dtype).replace("torch.", "") if trainer.amp_dtype else "off (fp32)"),
+        ("amp", amp_summary(trainer)),
         ("batch", batch_summary(trainer)),
         ("lr", f"{trainer.exp.basic_lr_per_img * trainer.step_batch:.4g} ({trainer.exp.scheduler})"),
         ("iterations", f"{trainer.max_iter} optimizer steps per epoch x {trainer.max_epoch} epochs"),

@@ -76,9 +76,14 @@ class Trainer:
         self.run_dir = os.path.join(exp.output_dir, args.experiment_name)
         setup_logger(self.run_dir, distributed_rank=self.rank, filename="train_log.txt", mode="a")
 
-        self.amp_dtype = amp_dtype(self.device, fp16=args.fp16, bf16=args.bf16)
+        self.amp_dtype = amp_dtype(self.device, fp16=args.fp16, bf16=args.bf16, cpu_dtype=exp.cpu_amp_dtype)
         # loss scaling is only needed for fp16: bf16 has fp32's exponent range
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype is torch.float16)
+        self.scaler = torch.amp.GradScaler(
+            self.device.type,
+            init_scale=exp.scaler_init_scale,
+            growth_interval=exp.scaler_growth_interval,
+            enabled=self.amp_dtype is torch.float16,
+        )
 
         self.input_size = tuple(exp.input_size)
         self.best_metric = check_best_metric(getattr(exp, "best_metric", "AP50_95"))  # what best_ckpt keeps
@@ -423,8 +428,7 @@ class Trainer:
         ckpt = load_checkpoint(path, map_location=self.device)
         model.load_state_dict(ckpt.get("raw_model") or ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        if ckpt.get("scaler") and self.scaler.is_enabled():
-            self.scaler.load_state_dict(ckpt["scaler"])
+        self._load_scaler_state(ckpt.get("scaler") or {}, path)
         self.best_score = resumed_best(ckpt, self.best_metric)
         if self.best_score != float("-inf"):  # measured by the same metric: the patience count goes on too
             self.best_epoch = int(ckpt.get("best_epoch", 0))
@@ -442,6 +446,26 @@ class Trainer:
             f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it"
         )
         return ckpt
+
+    def _load_scaler_state(self, state: dict[str, Any], path: str) -> None:
+        """Continue the checkpoint's loss scale (`state`: its "scaler", {} when it was not fp16) when this
+        run scales the loss; a change of precision across the resume is said, never an error."""
+        if not self.scaler.is_enabled():
+            if state:
+                precision = str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "fp32"
+                logger.info(f"{path} was trained in fp16: its loss scale is not used by this {precision} run")
+            return
+        if not state:
+            logger.info(
+                f"{path} was not trained in fp16: loss scaling starts at scale {self.exp.scaler_init_scale:g}"
+            )
+            return
+        # the checkpoint says where the scale stands, the exp how it moves (a resume may change that); a
+        # growth count at or past a shorter interval would never reach it again, hence the cap
+        interval = self.exp.scaler_growth_interval
+        tracker = min(int(state["_growth_tracker"]), interval - 1)
+        self.scaler.load_state_dict({**state, "growth_interval": interval, "_growth_tracker": tracker})
+        logger.info(f"loss scale {self.scaler.get_scale():g} continued from {path}")
 
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -62,7 +62,8 @@ class Exp(BaseExp):
         "min_lr_ratio": float, "basic_lr_per_img": float,
         "scheduler": Literal["yoloxwarmcos", "warmcos", "cos", "multistep"], "no_aug_epochs": int,
         "ema": bool, "ema_ramp": float, "weight_decay": float, "momentum": float,
-        "clip_grad_norm": float | None,
+        "clip_grad_norm": float | None, "cpu_amp_dtype": Literal["bf16", "fp16"],
+        "scaler_init_scale": float, "scaler_growth_interval": int,
         "freeze": Literal["none", "backbone", "backbone+neck"], "patience": int | None,
         "refit_folded_bn": bool,
         "print_interval": int, "eval_interval": int, "save_history_ckpt": bool, "exp_name": str,
@@ -153,6 +154,14 @@ class Exp(BaseExp):
         self.momentum = 0.9
         # clip the gradients' total L2 norm to this value before each step; None: no clipping (YOLOX)
         self.clip_grad_norm: float | None = None
+        # what --fp16 means on a CPU: "bf16" (bfloat16 autocast, no loss scaling: fast on CPUs), or "fp16",
+        # float16 autocast with loss scaling, the path every --fp16 GPU run takes, to try it out on a CPU
+        # (slower than bf16 and fp32 there: docs/training.md, "Mixed precision")
+        self.cpu_amp_dtype = "bf16"
+        # the fp16 loss scaler (torch.amp.GradScaler): its first scale, and the overflow-free steps after
+        # which it doubles the scale (an overflow halves it and skips the step); torch's defaults
+        self.scaler_init_scale = 65536.0
+        self.scaler_growth_interval = 2000
         # ---------------- fine-tuning (-c weights) ---------------- #
         # parts that keep the weights they start from: "none", "backbone" (CSPDarknet) or "backbone+neck"
         # (and PAFPN); their BatchNorm layers stay in eval mode, their statistics frozen too
@@ -191,11 +200,17 @@ class Exp(BaseExp):
         self.save_eval_report = True  # training evals write eval/, best_eval/ and TensorBoard pictures
 
     def validate(self) -> None:
-        """Types and shapes of every field (BaseExp.validate), then the evaluation thresholds' ranges."""
+        """Types and shapes of every field (BaseExp.validate), then the ranges of the EMA ramp, the loss
+        scaler's fields and the evaluation thresholds."""
         super().validate()
         if self.ema_ramp <= 0:
             raise ValueError(
                 f"exp.ema_ramp must be > 0 (updates over which the EMA decay ramps up), got {self.ema_ramp}"
+            )
+        if not self.scaler_init_scale > 0 or self.scaler_growth_interval < 1:
+            raise ValueError(
+                f"exp.scaler_init_scale must be > 0 and exp.scaler_growth_interval >= 1 (steps), got "
+                f"{self.scaler_init_scale} and {self.scaler_growth_interval}"
             )
         from yolox_fast.evaluators.report import check_report_settings
 

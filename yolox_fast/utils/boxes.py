@@ -17,6 +17,9 @@ def cxcywh2xyxy(boxes: torch.Tensor) -> torch.Tensor:
 
 
 def _corners(boxes: torch.Tensor, xyxy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    # in float32 at least: in fp16 an area above 65504 px^2 (a 256 px square) is inf and the IoU NaN, and
+    # the 1e-16 that keeps 0 / 0 away rounds to 0
+    boxes = boxes.to(torch.promote_types(boxes.dtype, torch.float32))
     if xyxy:
         return boxes[..., :2], boxes[..., 2:]
     return boxes[..., :2] - boxes[..., 2:] / 2, boxes[..., :2] + boxes[..., 2:] / 2
@@ -32,8 +35,9 @@ def bboxes_iou(
 
     Boxes are xyxy, or cxcywh with `xyxy=False` (then the arithmetic is YOLOX's `bboxes_iou(xyxy=False)`
     for proper boxes). The intersection is clamped at 0 and the union at the smallest normal float, so
-    degenerate boxes give 0, not NaN. `buffers`: three tensors of the output's shape and dtype to compute
-    in (the assigner reuses them across chunks); the result is the first one. Not differentiable.
+    degenerate boxes give 0, not NaN. fp16 / bf16 boxes are computed and returned in float32. `buffers`:
+    three tensors of the output's shape and dtype to compute in (the assigner reuses them across chunks);
+    the result is the first one. Not differentiable.
     """
     if a.shape[-1] != 4 or b.shape[-1] != 4:
         raise ValueError(f"boxes must have 4 columns, got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -41,7 +45,7 @@ def bboxes_iou(
     b_lo, b_hi = _corners(b, xyxy)
     if buffers is None:
         shape = (*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-2])
-        dtype = torch.promote_types(a.dtype, b.dtype)
+        dtype = torch.promote_types(a_lo.dtype, b_lo.dtype)
         buffers = tuple(torch.empty(shape, dtype=dtype, device=a.device) for _ in range(3))
     inter, tmp, tmp2 = buffers
     torch.minimum(a_hi[..., :, None, 0], b_hi[..., None, :, 0], out=inter)
@@ -59,7 +63,7 @@ def aligned_iou(a: torch.Tensor, b: torch.Tensor, xyxy: bool = True, giou: bool 
     """IoU (or GIoU) of matching rows of a (..., 4) and b (..., 4) -> (...); differentiable.
 
     As YOLOX's IOUloss: union + 1e-16 in the denominator, GIoU's enclosing area clamped at 1e-16;
-    zero-area boxes give 0.
+    zero-area boxes give 0. fp16 / bf16 boxes are computed and returned in float32.
     """
     a_lo, a_hi = _corners(a, xyxy)
     b_lo, b_hi = _corners(b, xyxy)
