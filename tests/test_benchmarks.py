@@ -33,14 +33,19 @@ def test_simota_benchmark_prints_the_ratio_to_the_reference(capsys):
 
 
 def test_train_benchmark_prints_both_assigners(capsys):
-    out = run(capsys, "train", "--batch-sizes", "2", "--size", "64", "--iters", "1", "--warmup", "0")
+    out = run(capsys, "train", "--batch-sizes", "2", "--size", "64", "--iters", "1", "--warmup", "0",
+              "--peak-repeats", "1")  # fmt: skip
     assert "batched" in out and "reference" in out, out
+    assert re.search(r"peak measured in this run: \d+ GFLOP/s", out), out
+    assert re.search(r"\d+\.\d+ GFLOPs per image per step", out), out
+    assert len(re.findall(r"\d+\.\d+% +\|$", out, re.M)) == 2, out  # "of peak", one per assigner
 
 
 def test_demo_benchmark_prints_images_per_second_per_batch_size(capsys):
     out = run(capsys, "demo", "--tsize", "64", "--batch-sizes", "1", "2", "--images", "2", "--rounds", "1",
               "--no-channels-last")  # fmt: skip
     assert "img/s" in out or "images/s" in out, out
+    assert "peak measured in this run" in out and "of peak" in out, out
 
 
 def test_eval_benchmark_scores_with_both_libraries(capsys):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -362,22 +363,78 @@ def test_setup_script_reuses_a_ready_environment(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == str(venv / "bin" / "python")
 
 
+def boxes_everywhere_nano(path: Path, num_classes: int) -> None:
+    """A 4-class nano checkpoint whose every anchor passes the eval and demo thresholds (obj ~0.95, cls ~0.5,
+    scores still varying with the image) with a box of twice its stride at its cell's centre: some of them
+    cover the ground truth, so an AP computed from them is not 0 = 0."""
+    import math
+
+    import torch
+
+    from yolox_fast.exp import get_exp
+
+    exp = get_exp(exp_name="yolox-nano")
+    exp.num_classes = num_classes
+    torch.manual_seed(0)
+    state = exp.get_model().state_dict()
+    for key, tensor in state.items():
+        if key.startswith("head.obj_preds.") and key.endswith(".bias"):
+            tensor.fill_(3.0)
+        elif key.startswith("head.cls_preds.") and key.endswith(".bias"):
+            tensor.zero_()
+        elif key.startswith("head.reg_preds.") and key.endswith(".weight"):
+            tensor.zero_()
+        elif key.startswith("head.reg_preds.") and key.endswith(".bias"):
+            tensor.copy_(torch.tensor([0.5, 0.5, math.log(2), math.log(2)]))
+    torch.save({"model": state}, path)
+
+
+def inference_rows(stdout: str) -> dict[tuple[str, str, str], list[str]]:
+    """(task, side, batch) -> the other cells of the inference table's rows."""
+    table = stdout.split("\ninference: ")[1].splitlines()[3:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table if line.startswith("|")]
+    return {tuple(row[:3]): row[3:] for row in cells}
+
+
 def test_vs_yolox_benchmark_runs_every_section(tmp_path):
-    """`tools/benchmark.py vs-yolox` as a user runs it (reference python), at a tiny setting."""
+    """`tools/benchmark.py vs-yolox` as a user runs it (reference python), at a tiny setting; the inference
+    section with the same weights on both sides finds the same boxes and the same AP."""
     python = reference_python()
     if python is None:
         pytest.skip("no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh")
+    weights = tmp_path / "boxes_everywhere.pth"
+    boxes_everywhere_nano(weights, 4)
+    # one torch thread: tiny tensors, and a 2-core machine busy elsewhere makes two threads wait on each other
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "vs-yolox", "--batches", "2", "--size", "64",
            "--repeats", "1", "--warmup", "1", "--data-repeats", "1", "--samples", "3", "--images", "16",
-           "--epochs", "2",
-           "--e2e-batch", "4", "--e2e-repeats", "1", "--workers", "0", "--out", str(tmp_path)]  # fmt: skip
+           "--epochs", "2", "--e2e-batch", "4", "--e2e-repeats", "1", "--workers", "0", "--threads", "1",
+           "--inference-images", "8", "--inference-size", "64", "--inference-batch", "4",
+           "--inference-repeats", "1", "--inference-weights", str(weights),
+           "--out", str(tmp_path)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    for heading in ("training iteration", "data pipeline", "end to end"):
+    for heading in ("training iteration", "data pipeline", "end to end", "inference: 8 generated"):
         assert heading in proc.stdout
     for side in ("| official", "| ours", "ours, trainer"):
         assert side in proc.stdout
+    rows = inference_rows(proc.stdout)
+    assert sorted(rows) == [("demo", "official", "1"), ("demo", "ours", "1"), ("demo", "ours", "4"),
+                            ("evaluation", "official", "4"), ("evaluation", "ours", "4"),
+                            ("evaluation", "ours, --no-fuse --no-channels-last", "4")]  # fmt: skip
+    for (task, side, _), (rate, spread, ratio, *_) in rows.items():
+        assert float(rate) > 0 and "-" in spread and ratio.endswith("x"), (task, side)
+        if side == "official":
+            assert ratio == "1.00x"
+    official = rows[("evaluation", "official", "4")]
+    assert int(official[3]) > 0 and float(official[4]) > 0  # detections, AP50:95: not 0 = 0
+    for side in ("ours", "ours, --no-fuse --no-channels-last"):
+        ours = rows[("evaluation", side, "4")]
+        assert ours[3] == official[3], side  # the same boxes
+        # AP50:95, AP50 as printed (4 decimals); fused weights round differently, by ~1e-6 in a score
+        assert [float(x) for x in ours[4:]] == pytest.approx([float(x) for x in official[4:]], abs=2e-4), side
+    demo_boxes = {row[3] for (task, _, _), row in rows.items() if task == "demo"}
+    assert len(demo_boxes) == 1 and int(demo_boxes.pop()) > 0  # the same boxes, one at a time or batched
 
 
 def test_gpu_check_runs_against_official_on_a_cpu(tmp_path):
@@ -399,9 +456,32 @@ def test_gpu_check_runs_against_official_on_a_cpu(tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "vs official" in proc.stdout
-    for row in ("| iteration", "| grad checkpoint", "| train.py --fp16 --cache", "| deploy", "| oom retry"):
+    for row in ("| iteration", "| grad checkpoint", "| deploy", "| oom retry"):
         assert row in proc.stdout
-    assert "| train.py --fp16 --cache | yolox-nano, 16 images, 2 epochs | ok" in proc.stdout
+    train = {cells[0]: cells[1:] for cells in table_rows(proc.stdout) if cells[0].startswith("train.py")}
+    assert list(train) == [
+        "train.py --fp16, no cache (baseline)", "train.py README: --fp16 --cache",
+        "train.py --fp16 under torchrun --nproc_per_node 1", "train.py --fp16 --compile (eager)",
+        "train.py --fp16 cpu_amp_dtype fp16",
+    ]  # fmt: skip
+    for name, (setting, result, _, rate, ratio, _) in train.items():
+        assert setting == "yolox-nano -b 4, 16 images, 2 epochs" and result.startswith("ok"), name
+        assert rate.endswith("img/s") and ratio.endswith("x"), name
+    assert "/dev/shm/" in train["train.py README: --fp16 --cache"][1]  # the ram cache is one shared buffer
+    assert re.search(
+        r"\d+ graphs compiled in [\d.]+ s, 0 eager fallbacks",
+        train["train.py --fp16 --compile (eager)"][1],
+    )
+    assert re.search(r"loss scale \d", train["train.py --fp16 cpu_amp_dtype fp16"][1])
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every row of the github-format tables in `text`."""
+    return [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| ") and not line.startswith("| check")
+    ]
 
 
 def test_setup_script_from_inside_a_fresh_venv_sees_that_venv(tmp_path):

@@ -16,12 +16,20 @@ from loguru import logger
 
 from yolox_fast.core.cli import (
     add_exp_arguments,
+    add_inference_arguments,
     build_exp,
     default_checkpoint,
     parse_with_overrides,
     run_tool,
 )
-from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, run_on_images, run_on_stream, timestamped_dir
+from yolox_fast.core.demo import (
+    DEMO_CONF,
+    DEMO_NMS,
+    list_images,
+    run_on_images,
+    run_on_stream,
+    timestamped_dir,
+)
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
@@ -56,13 +64,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tsize", type=int, default=None, help="test image size (square)")
     p.add_argument("--fp16", action="store_true", help="half precision: fp16 on GPU, bf16 on CPU")
-    p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
-    p.add_argument(
-        "--channels-last",
-        action="store_true",
-        help="NHWC memory format: faster (about 1.3x for nano on CPU); boxes then vary with the batch "
-        "size by fp32 rounding",
-    )
+    add_inference_arguments(p)
     p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
     p.add_argument("--save_result", action="store_true", help="write annotated images / video")
     p.add_argument("--save-json", action="store_true", help="write detections per image as JSON")
@@ -82,6 +84,14 @@ def default_image_dir(exp) -> str:
     return str(Path(cfg["root"]) / cfg["val"]["images"])
 
 
+def demo_batch_sizes(batch_size: int, image_dir: str | None) -> list[int]:
+    """The batch sizes the demo will run: -b, and for a folder of images the smaller last batch if any."""
+    if image_dir is None:
+        return [batch_size]
+    images = len(list_images(image_dir))
+    return sorted({min(batch_size, images)} | ({images % batch_size} - {0}))
+
+
 def main(argv=None) -> None:
     args = parse_with_overrides(make_parser(), argv)
     if args.legacy:
@@ -91,19 +101,21 @@ def main(argv=None) -> None:
     device = torch.device("cuda" if args.device == "gpu" else "cpu")
 
     if exported_format(args.ckpt):
-        if args.fp16 or args.fuse or args.channels_last:
+        if args.fp16 or args.channels_last or args.compile:
             raise ValueError(
-                f"--fp16, --fuse and --channels-last are for checkpoints: {args.ckpt}'s precision, layers "
-                "and layout are fixed at export"
+                f"--fp16, --channels-last and --compile are for checkpoints: {args.ckpt}'s precision, "
+                "layers and layout are fixed at export"
             )
         model = load_exported_model(args.ckpt, device)
         exp = build_exp(args, model.metadata)
+        exp.compile = False  # an exp file's compile field is for its checkpoints; an exported file runs as is
         class_names = model.metadata.class_names
-        device = model.device
+        device, channels_last = model.device, False
     else:
         exp = build_exp(args)
         ckpt = default_checkpoint(exp, args.ckpt)
         model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
+        channels_last = exp.channels_last if args.channels_last is None else args.channels_last
     predictor = Predictor(
         model,
         exp.num_classes,
@@ -112,15 +124,18 @@ def main(argv=None) -> None:
         args.nms,
         device,
         amp_dtype=amp_dtype(device, fp16=args.fp16),
-        channels_last=args.channels_last,
+        channels_last=channels_last,
         class_agnostic=not args.per_class_nms,
     )
+    image_dir = (args.path or default_image_dir(exp)) if args.demo == "image" else None
+    if exp.compile:
+        predictor.compile(exp.compile_mode, demo_batch_sizes(args.batch_size, image_dir), exp.compile_backend)
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
 
     if args.demo == "image":
         run_on_images(
             predictor,
-            args.path or default_image_dir(exp),
+            image_dir,
             args.batch_size,
             class_names,
             out_dir=out_dir,

@@ -19,17 +19,28 @@ import random
 import torch
 from loguru import logger
 
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
+from yolox_fast.core.cli import (
+    add_exp_arguments,
+    add_inference_arguments,
+    build_exp,
+    parse_with_overrides,
+    run_tool,
+)
 from yolox_fast.core.launch import launch
+from yolox_fast.evaluators.detection_evaluator import batch_sizes
 from yolox_fast.evaluators.report import log_eval_report, write_eval_report
 from yolox_fast.inference import (
     ExportedModel,
+    detect_batch,
     exported_format,
     load_exported_model,
     load_inference_model,
     model_device,
+    model_memory_format,
 )
 from yolox_fast.utils import dist as dist_utils
+from yolox_fast.utils.amp import amp_dtype
+from yolox_fast.utils.compile import compile_for_inference
 from yolox_fast.utils.logger import setup_logger
 
 
@@ -51,7 +62,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--tsize", type=int, default=None, help="square test size (exp.test_size)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--fp16", action="store_true", help="half precision: fp16 on CUDA, bf16 on CPU")
-    p.add_argument("--fuse", action="store_true", help="fold BatchNorm into the convolutions")
+    add_inference_arguments(p)
     p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
     p.add_argument(
         "--test",
@@ -94,7 +105,8 @@ def evaluate(args) -> tuple:
         ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
         if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
             ckpt = None  # timing does not need trained weights (load_inference_model warns)
-        model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
+        channels_last = exp.channels_last if args.channels_last is None else args.channels_last
+        model, class_names = load_inference_model(exp, ckpt, device, args.fuse, channels_last)
     logger.info(
         f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
         f"{world} process(es), batch {args.batch_size // world} per process, device {model_device(model)}"
@@ -108,6 +120,8 @@ def evaluate(args) -> tuple:
         evaluator.testdev = True
         evaluator.testdev_json = os.path.join(save_dir, "yolox_testdev_2017.json")
     evaluator.class_names = class_names
+    if exp.compile:
+        compile_eval_model(model, exp, evaluator, args.fp16)
     ap50_95, ap50, summary = evaluator.evaluate(model, world > 1, args.fp16, speed_only=args.speed)
     logger.info("\n" + summary)
     if not (args.speed or args.test):
@@ -119,14 +133,31 @@ def evaluate(args) -> tuple:
     return ap50_95, ap50, summary
 
 
+def compile_eval_model(model, exp, evaluator, half: bool) -> None:
+    """torch.compile `model` and build its graphs for the loader's batch sizes before the timed evaluation."""
+    h, w = exp.test_size
+    device, dtype = model_device(model), amp_dtype(model_device(model), fp16=half)
+
+    def warm_up(batch: int) -> None:
+        imgs = torch.zeros(batch, 3, h, w, device=device).contiguous(memory_format=model_memory_format(model))
+        sizes = [(h, w)] * batch
+        detect_batch(model, imgs, sizes, (h, w), exp.num_classes, exp.test_conf, exp.nmsthre, dtype)
+
+    sizes = batch_sizes(evaluator.dataloader)
+    compile_for_inference(model, exp.compile_mode, warm_up, sizes, exp.compile_backend)
+
+
 def build_eval_exp(args, exported: ExportedModel | None = None):
     """The exp of -f/-n (optional with an `exported` file: see build_exp) with the trailing overrides and
     the command-line thresholds applied."""
-    if exported is not None and (args.fp16 or args.fuse):
+    if exported is not None and (args.fp16 or args.compile or args.channels_last):
         raise ValueError(
-            f"--fp16 and --fuse are for checkpoints: {args.ckpt}'s precision and layers are fixed at export"
+            f"--fp16, --channels-last and --compile are for checkpoints: {args.ckpt}'s precision, layers and "
+            "layout are fixed at export"
         )
     exp = build_exp(args, exported.metadata if exported is not None else None)
+    if exported is not None:
+        exp.compile = False  # an exp file's compile field is for its checkpoints; an exported file runs as is
     if args.conf is not None:
         exp.test_conf = args.conf
     if args.nms is not None:

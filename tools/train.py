@@ -10,7 +10,13 @@ import argparse
 from loguru import logger
 
 from yolox_fast.core import trackers
-from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides, run_tool
+from yolox_fast.core.cli import (
+    add_compile_argument,
+    add_exp_arguments,
+    build_exp,
+    parse_with_overrides,
+    run_tool,
+)
 from yolox_fast.core.launch import launch
 from yolox_fast.core.trainer import run_training
 
@@ -57,6 +63,7 @@ def make_parser() -> argparse.ArgumentParser:
         help="take over the output folder's .lock left by a run on another host (check that it is gone)",
     )
     parser.add_argument("-e", "--start_epoch", type=int, default=None, help="epoch to resume at (1-based)")
+    add_compile_argument(parser)
     amp = parser.add_mutually_exclusive_group()
     amp.add_argument(
         "--fp16",

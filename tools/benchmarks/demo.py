@@ -3,16 +3,22 @@
     python tools/benchmark.py demo                       # nano at 416 on CPU, batch 1 vs 8 vs 32
     python tools/benchmark.py demo --device gpu --fp16 --exp yolox-s --tsize 640
 
-Each batch size runs in the default NCHW layout and in channels_last. All settings run in the same
-process on the same images, interleaved over several rounds, and the best round of each is reported
-(other processes only ever slow a round down), so the speed-up column compares like with like even on
-a machine whose load changes; the range column shows the spread. Weights are random (throughput does
+Each batch size runs in the default NCHW layout and in channels_last (and with --compile, a torch.compile'd
+copy in the last layout, its graphs built before the rounds and their time printed apart). All settings run
+in the same process on the same images, interleaved over several rounds, and the best round of each is
+reported (other processes only ever slow a round down), so the speed-up column compares like with like even
+on a machine whose load changes; the range column shows the spread. Weights are random (throughput does
 not depend on them, except for the NMS share).
+
+"GFLOP/s" is the model's counted forward FLOPs per image at tsize x tsize (`benchmarks.peak`) times the
+end-to-end images/s (letterbox and NMS included, so it is a lower bound for the network alone); "of peak"
+divides it by the matmul / 3x3-conv peak measured in the same run on the same device and threads.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 from collections.abc import Sequence
 
@@ -21,10 +27,12 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
+from benchmarks.peak import achieved_columns, forward_flops_per_image, measured_peak, peak_line
 from yolox_fast.exp import get_exp
 from yolox_fast.inference import Predictor
 from yolox_fast.models.network_blocks import fuse_model
 from yolox_fast.utils.amp import amp_dtype
+from yolox_fast.utils.compile import MODES
 
 
 def make_images(n: int, seed: int = 0) -> list[np.ndarray]:
@@ -54,6 +62,13 @@ def main(argv=None) -> None:
     p.add_argument("--fuse", action="store_true")
     p.add_argument("--no-channels-last", action="store_true", help="measure the default NCHW layout only")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also a torch.compile'd copy (inductor, a static graph per batch size) in the last layout; its "
+        "compile time is printed apart",
+    )
+    p.add_argument("--compile-mode", choices=MODES, default="default")
     args = p.parse_args(argv)
 
     if args.threads:
@@ -64,20 +79,20 @@ def main(argv=None) -> None:
     if args.fuse:
         model = fuse_model(model)
     model.to(device)
-    layouts = [False] if args.no_channels_last else [False, True]
-    predictors = {
-        cl: Predictor(
-            model,
-            exp.num_classes,
-            (args.tsize, args.tsize),
-            0.3,
-            0.45,
-            device,
-            amp_dtype(device, fp16=args.fp16),
-            cl,
-        )
-        for cl in layouts
-    }
+    layouts = ["NCHW"] if args.no_channels_last else ["NCHW", "channels_last"]
+
+    def predictor(net: torch.nn.Module, layout: str) -> Predictor:
+        size, dtype = (args.tsize, args.tsize), amp_dtype(device, fp16=args.fp16)
+        return Predictor(net, exp.num_classes, size, 0.3, 0.45, device, dtype, layout == "channels_last")
+
+    predictors = {layout: predictor(model, layout) for layout in layouts}
+    compiled_line = ""
+    if args.compile:
+        name = f"{layouts[-1]}, compiled"
+        predictors[name] = predictor(copy.deepcopy(model), layouts[-1])
+        stats = predictors[name].compile(args.compile_mode, args.batch_sizes)
+        compiled_line = f"torch.compile (inductor, mode {args.compile_mode}): {stats}, not in the rows\n"
+        layouts.append(name)
     step = max(args.batch_sizes)
     images = make_images(-(-args.images // step) * step)
     logger.info(
@@ -85,24 +100,46 @@ def main(argv=None) -> None:
         f"device {device}, {torch.get_num_threads()} CPU threads, fp16 {args.fp16}, fuse {args.fuse}"
     )
 
-    settings = [(cl, b) for cl in layouts for b in args.batch_sizes]
+    settings = [(layout, b) for layout in layouts for b in args.batch_sizes]
     runs = {s: [] for s in settings}
-    for cl, b in settings:  # warm-up: oneDNN picks and caches kernels per shape and layout
-        predictors[cl].model.to(memory_format=predictors[cl].memory_format)
-        predictors[cl].predict(images[:b])
+    for layout, b in settings:  # warm-up: oneDNN picks and caches kernels per shape and layout
+        predictors[layout].model.to(memory_format=predictors[layout].memory_format)
+        predictors[layout].predict(images[:b])
     for _ in range(args.rounds):
-        for cl, b in settings:
-            # the predictors share one model: put it in this setting's memory format
-            predictors[cl].model.to(memory_format=predictors[cl].memory_format)
-            runs[(cl, b)].append(images_per_second(predictors[cl], images, b))
+        for layout, b in settings:
+            # the uncompiled predictors share one model: put it in this setting's memory format
+            predictors[layout].model.to(memory_format=predictors[layout].memory_format)
+            runs[(layout, b)].append(images_per_second(predictors[layout], images, b))
+    dtype = amp_dtype(device, fp16=args.fp16)
+    flops = forward_flops_per_image(model, (args.tsize, args.tsize), device, dtype)
+    peak = measured_peak(device, dtype)
     base = max(runs[settings[0]])
     rows = []
-    for cl, b in settings:
-        ips = max(runs[(cl, b)])
-        spread = f"{min(runs[(cl, b)]):.1f}-{max(runs[(cl, b)]):.1f}"
-        layout = "channels_last" if cl else "NCHW"
-        rows.append((layout, b, f"{ips:.1f}", spread, f"{1000 / ips:.1f}", f"{ips / base:.2f}x"))
-    headers = ("layout", "batch", "images/s", "range", "ms/image", f"vs NCHW batch {args.batch_sizes[0]}")
+    for layout, b in settings:
+        ips = max(runs[(layout, b)])
+        spread = f"{min(runs[(layout, b)]):.1f}-{max(runs[(layout, b)]):.1f}"
+        rows.append(
+            (
+                layout,
+                b,
+                f"{ips:.1f}",
+                spread,
+                f"{1000 / ips:.1f}",
+                f"{ips / base:.2f}x",
+                *achieved_columns(flops, ips, peak),
+            )
+        )
+    headers = (
+        "layout",
+        "batch",
+        "images/s",
+        "range",
+        "ms/image",
+        f"vs NCHW batch {args.batch_sizes[0]}",
+        "GFLOP/s",
+        "of peak",
+    )
+    print(compiled_line + f"{flops / 1e9:.2f} GFLOPs per image forward; " + peak_line(peak, str(device)))
     print(tabulate(rows, headers=headers))
 
 

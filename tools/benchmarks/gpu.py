@@ -11,7 +11,12 @@ Rows (each with the baseline measured in the same run):
   autocast + loss scaling: ours, official 0.3.0, and ours with the per-image reference assigner; peak
   memory each (targets: >= 1.5x official at 256; peak memory no higher than official's).
 - grad checkpoint: peak memory of one yolox-s forward + backward with and without activation checkpointing.
-- train.py: a short `tools/train.py --fp16 --cache` run on generated data (exit code, images/s).
+- train.py: short runs of the README's `tools/train.py -f exps/yolox_nano.py -b 256 --fp16 --cache` on
+  generated data (-b 4 on --small): the command itself (its ram cache, one /dev/shm buffer), against the
+  same without --cache (the baseline of the ratios), under `torchrun --standalone --nproc_per_node 1`, with
+  --compile (compile time and graphs from its log; backend eager on --small, inductor otherwise), and on
+  a CPU the real fp16 path (`cpu_amp_dtype fp16`: loss scaling, the scale it ends at); on CUDA --fp16 is
+  that path already, and the baseline row shows its scale. Exit status, images/s of the second epoch.
 - oom retry: the assigner with a budget far above what is free (the GPU filled on purpose): it must
   catch the out-of-memory error, retry in smaller chunks and give the unchunked result.
 - deploy: the train.py run's checkpoint exported to TensorRT (fp32, fp16) and fp16 TorchScript with
@@ -45,6 +50,8 @@ from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
 
 REPO = Path(__file__).resolve().parents[2]
+NANO_EXP = REPO / "exps" / "yolox_nano.py"
+SECTIONS = ("assigner", "iteration", "grad-checkpoint", "train", "deploy", "oom")
 AP_LINE = re.compile(r"AP50:95 (\d\.\d{4})  AP50 (\d\.\d{4})")
 SPEED_LINE = re.compile(r"([0-9.]+) images/s")
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
@@ -130,35 +137,42 @@ def checkpoint_rows(args, device: torch.device, amp_dtype) -> list[list]:
     ]
 
 
-def train_rows(args, device: torch.device) -> list[list]:
+@dataclasses.dataclass
+class TrainRun:
+    """One `tools/train.py` run of the check: its status text, wall seconds, the images/s of its steps after
+    the first epoch (None when it logged none), its log and output folder."""
+
+    status: str
+    wall: float
+    rate: float | None
+    log: str
+    run_dir: Path
+
+
+def train_opts(args) -> dict:
+    """The exp overrides of the train section's runs: its generated set (written once, then reused), fixed
+    size, 2 epochs."""
     out = Path(args.out).resolve()
     desc = make_fidelity_set(out / "data", args.train_images, 16, args.train_size)
     size = f"({args.train_size},{args.train_size})"
     grid = f"({args.train_size // 32},{args.train_size // 32})"
-    opts = {"dataset": desc, "num_classes": 4, "input_size": size, "test_size": size, "random_size": grid,
+    return {"dataset": desc, "num_classes": 4, "input_size": size, "test_size": size, "random_size": grid,
             "max_epoch": 2, "warmup_epochs": 1, "no_aug_epochs": 0, "eval_interval": 2, "print_interval": 1,
             "output_dir": out, "data_num_workers": args.workers, "save_history_ckpt": "false"}  # fmt: skip
-    cmd = [
-        sys.executable,
-        str(REPO / "tools" / "train.py"),
-        "-n",
-        args.model,
-        "-b",
-        str(args.train_batch),
-        "--fp16",
-        "--cache",
-        "-l",
-        "none",
-        "-expn",
-        "gpu_check",
-        *(str(x) for kv in opts.items() for x in kv),
-    ]
-    args.train_opts = [str(x) for kv in opts.items() if kv[0] != "max_epoch" for x in kv]
+
+
+def _train(args, name: str, flags: list[str], extra: dict | None = None, launcher: list[str] | None = None):
+    """`tools/train.py -f exps/yolox_nano.py -b B` (the README's command) with `flags` on the check's
+    generated data, 2 epochs; `launcher` replaces `python` (torchrun)."""
+    opts = {**train_opts(args), **(extra or {})}
+    cmd = [*(launcher or [sys.executable]), str(REPO / "tools" / "train.py"), "-f", str(NANO_EXP),
+           "-b", str(args.train_batch), "-l", "none", "-expn", name, *flags,
+           *(str(x) for kv in opts.items() for x in kv)]  # fmt: skip
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
     wall = time.perf_counter() - t0
     later = [float(m[2]) for m in STEP_LINE.finditer(done.stderr) if int(m[1]) > 1]
-    rate = f"{len(later) * args.train_batch / sum(later):.1f} img/s" if later else "-"
+    rate = len(later) * args.train_batch / sum(later) if later else None
     status = (
         "ok"
         if done.returncode == 0
@@ -166,8 +180,55 @@ def train_rows(args, device: torch.device) -> list[list]:
     )
     if done.returncode != 0:
         logger.error(done.stderr[-3000:])
-    return [["train.py --fp16 --cache", f"{args.model}, {args.train_images} images, 2 epochs", status,
-             f"{wall:.0f} s wall", rate, "", ""]]  # fmt: skip
+    return TrainRun(status, wall, rate, done.stderr, Path(args.out).resolve() / name)
+
+
+def _scale(run: TrainRun) -> str:
+    """The loss scale the run ended with (its latest checkpoint's scaler), or why there is none."""
+    ckpt = run.run_dir / "latest_ckpt.pth"
+    if not ckpt.is_file():
+        return "no checkpoint"
+    scaler = torch.load(ckpt, map_location="cpu", weights_only=True).get("scaler") or {}
+    return f"loss scale {scaler['scale']:g}" if "scale" in scaler else "no loss scaler (not fp16)"
+
+
+def _logged(pattern: str, log: str, missing: str) -> str:
+    """The last match of `pattern`'s group in a run's log, or `missing`."""
+    found = re.findall(pattern, log)
+    return found[-1] if found else missing
+
+
+def train_rows(args, device: torch.device) -> list[list]:
+    """`tools/train.py` as users run it: the README's nano command (--fp16 --cache, whose ram cache is one
+    /dev/shm buffer), against the same without the cache, under torchrun with 1 process, with --compile,
+    and (on a CPU, where --fp16 means bf16) the real fp16 path with loss scaling."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
+    backend = args.compile_backend
+    plain = _train(args, "gpu_check_nocache", ["--fp16"])
+    readme = _train(args, "gpu_check", ["--fp16", "--cache", "ram"])  # ram: the bare --cache's meaning
+    launched = _train(args, "gpu_check_torchrun", ["--fp16"], launcher=torchrun)
+    compiled = _train(args, "gpu_check_compile", ["--fp16", "--compile"], {"compile_backend": backend})
+    # (row name, run, what its log or checkpoint shows)
+    runs = [
+        ("--fp16, no cache (baseline)", plain, _scale(plain) if device.type == "cuda" else ""),
+        ("README: --fp16 --cache", readme, _logged(r"ram: (\S+)", readme.log, "no ram cache logged")),
+        ("--fp16 under torchrun --nproc_per_node 1", launched, ""),
+        (f"--fp16 --compile ({backend})", compiled,
+         _logged(r"torch\.compile so far: ([^\n]+)", compiled.log, "no compile stats logged")),
+    ]  # fmt: skip
+    if device.type != "cuda":  # --fp16 is bf16 on a CPU: the fp16 path with loss scaling on request
+        # from scale 1, doubled every 2 clean steps: the few steps of a short run do not all overflow
+        fp16_opts = {"cpu_amp_dtype": "fp16", "scaler_init_scale": 1, "scaler_growth_interval": 2}
+        fp16 = _train(args, "gpu_check_fp16", ["--fp16"], fp16_opts)
+        runs.append(("--fp16 cpu_amp_dtype fp16", fp16, _scale(fp16)))
+    setting = f"yolox-nano -b {args.train_batch}, {args.train_images} images, 2 epochs"
+    rows = []
+    for name, run, detail in runs:
+        result = run.status + (f"; {detail}" if detail and run.status == "ok" else "")
+        ratio = f"{run.rate / plain.rate:.2f}x" if run.rate and plain.rate else ""
+        rate = f"{run.rate:.1f} img/s" if run.rate else "-"
+        rows.append([f"train.py {name}", setting, result, f"{run.wall:.0f} s wall", rate, ratio, ""])
+    return rows
 
 
 def _tool(name: str, argv: list[str], timeout: int) -> subprocess.CompletedProcess:
@@ -194,9 +255,10 @@ def deploy_rows(args, device: torch.device) -> list[list]:
     ckpt = Path(args.out).resolve() / "gpu_check" / "latest_ckpt.pth"
     if not ckpt.is_file():
         return [["deploy", "-", f"no {ckpt}: the train.py row failed", "", "", "", ""]]
-    model = ["-n", args.model, "-c", str(ckpt)]
+    model = ["-f", str(NANO_EXP), "-c", str(ckpt)]
+    opts = [str(x) for kv in train_opts(args).items() if kv[0] != "max_epoch" for x in kv]
     scoring = ["-b", "32", "--conf", "0.001"]
-    reference = _scored(_tool("eval", [*model, *scoring, *args.train_opts], 600))
+    reference = _scored(_tool("eval", [*model, *scoring, *opts], 600))
     rows = [["deploy", "checkpoint (eval.py)", reference, "", "", "", ""]]
     exports = {
         "tensorrt fp32": ["--format", "tensorrt", "--dynamic", "--batch-size", "32"],
@@ -206,7 +268,7 @@ def deploy_rows(args, device: torch.device) -> list[list]:
     for name, flags in exports.items():
         path = Path(args.out).resolve() / f"{name.replace(' ', '_')}.{flags[1].replace('tensorrt', 'engine')}"
         t0 = time.perf_counter()
-        done = _tool("export", [*flags, *model, "--output-name", str(path), *args.train_opts], 900)
+        done = _tool("export", [*flags, *model, "--output-name", str(path), *opts], 900)
         built = time.perf_counter() - t0
         result = _scored(_tool("eval", ["-c", str(path), *scoring], 600)) if done.returncode == 0 else (
             f"export FAILED: {(done.stdout + done.stderr).strip().splitlines()[-1]}"
@@ -252,6 +314,7 @@ def main(argv) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--small", action="store_true", help="tiny sizes: checks that the script runs (CPU test)")
     p.add_argument("--out", default="YOLOX_outputs/gpu_check")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     small = args.small
@@ -259,8 +322,11 @@ def main(argv) -> None:
     args.assign_sizes, args.assign_batches = ([128], [4]) if small else ([416, 640], [64, 256])
     args.iter_batches, args.iter_size = ([2], 128) if small else ([64, 128, 256], 640)
     args.repeats, args.warmup = (1, 1) if small else (5, 2)
-    args.train_images, args.train_size, args.train_batch = (16, 64, 4) if small else (512, 640, 64)
+    # the README's nano command at its batch of 256 (-b 4 on --small), 8 steps an epoch
+    args.train_images, args.train_size, args.train_batch = (16, 64, 4) if small else (2048, 416, 256)
     args.workers, args.train_timeout = (0, 600) if small else (8, 420)
+    # inductor takes minutes a graph on a CPU: --small checks the path with dynamo alone (backend eager)
+    args.compile_backend = "eager" if small else "inductor"
     args.oom_images, args.oom_leave_mib = 256, 200
     amp_dtype = amp.amp_dtype(device, fp16=True)
     if device.type == "cuda":
@@ -268,16 +334,20 @@ def main(argv) -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     start = time.perf_counter()
 
-    assign = run_table(
-        args.assign_sizes, args.assign_batches, 80, device, args.repeats, True, 16, None, amp_dtype
-    )
-    print(f"\nassigner, {where}, fp16 autocast, 80 classes, 5-40 GTs per image")
-    print(tabulate(assign, headers=table_headers(official_assigner() is not None), tablefmt="github"))
-    rows = iteration_rows(args, device, amp_dtype)
-    rows += checkpoint_rows(args, device, amp_dtype)
-    rows += train_rows(args, device)
-    rows += deploy_rows(args, device)
-    rows += oom_rows(args, device)
+    if "assigner" in args.only:
+        assign = run_table(
+            args.assign_sizes, args.assign_batches, 80, device, args.repeats, True, 16, None, amp_dtype
+        )
+        print(f"\nassigner, {where}, fp16 autocast, 80 classes, 5-40 GTs per image")
+        print(tabulate(assign, headers=table_headers(official_assigner() is not None), tablefmt="github"))
+    sections = {
+        "iteration": lambda: iteration_rows(args, device, amp_dtype),
+        "grad-checkpoint": lambda: checkpoint_rows(args, device, amp_dtype),
+        "train": lambda: train_rows(args, device),
+        "deploy": lambda: deploy_rows(args, device),  # exports the train section's checkpoint
+        "oom": lambda: oom_rows(args, device),
+    }
+    rows = [row for name, section in sections.items() if name in args.only for row in section()]
     print(f"\n{where}, {str(amp_dtype).replace('torch.', '')}; {time.perf_counter() - start:.0f} s in all")
     print(tabulate(rows, headers=["check", "setting", "side / result", "time", "rate", "vs baseline",
                                   "peak MiB"], tablefmt="github"))  # fmt: skip

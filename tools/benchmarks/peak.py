@@ -3,6 +3,8 @@
 The peak is the faster of a large fp32 (or autocast-dtype) matmul and a large 3x3 convolution, timed on the
 benchmark's own device and threads just before its figures are printed; a model's FLOPs are counted by
 torch's FlopCounterMode (2 FLOPs per multiply-add, convolutions and matmuls only, as usual GFLOPs figures).
+A model's FLOPs per image are counted once on a small batch (they scale linearly with the batch), and the
+achieved rate of a row is FLOPs/image x its images/s.
 """
 
 from __future__ import annotations
@@ -59,6 +61,37 @@ def counted_flops(fn) -> int:
     with FlopCounterMode(display=False) as counter:
         fn()
     return int(counter.get_total_flops())
+
+
+def train_step_flops_per_image(
+    model: torch.nn.Module, imgs: torch.Tensor, targets: torch.Tensor, amp_dtype: torch.dtype | None = None
+) -> float:
+    """FLOPs per image of one training forward + backward of `model` (train mode, returning a dict with
+    "total_loss") on `imgs` (B, 3, H, W) and `targets`; its gradients are cleared afterwards."""
+
+    def step() -> None:
+        with amp.autocast(imgs.device, amp_dtype):
+            loss = model(imgs, targets)["total_loss"]
+        loss.backward()
+
+    flops = counted_flops(step)
+    model.zero_grad(set_to_none=True)
+    return flops / imgs.shape[0]
+
+
+def forward_flops_per_image(
+    model: torch.nn.Module, size: tuple[int, int], device: torch.device, amp_dtype: torch.dtype | None = None
+) -> float:
+    """FLOPs of one inference forward of `model` on a (1, 3, H, W) input, `size` = (H, W)."""
+    x = torch.zeros(1, 3, *size, device=device)
+    with torch.no_grad(), amp.autocast(device, amp_dtype):
+        return float(counted_flops(lambda: model(x)))
+
+
+def achieved_columns(flops_per_image: float, images_per_second: float, peak: dict[str, float]) -> list[str]:
+    """A row's "GFLOP/s" and "of peak" cells: FLOPs/image x images/s, and that over the measured peak."""
+    rate = flops_per_image * images_per_second
+    return [f"{rate / 1e9:.1f}", f"{100 * rate / peak['peak']:.1f}%"]
 
 
 def peak_line(peak: dict[str, float], what: str) -> str:

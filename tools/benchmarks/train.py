@@ -3,9 +3,18 @@
     python tools/benchmark.py train                       # CPU: batch 8 and 32 at 416 px
     python tools/benchmark.py train --fp16                # CUDA: batch 64 and 256, fp16 autocast + GradScaler
 
+    python tools/benchmark.py train --compile --batch-sizes 8   # also the step of the torch.compile'd model
+
 Each timed iteration is a full training step (forward, SimOTA, loss, backward, SGD step) on random
-images with realistic random ground truth (5-40 boxes per image, 80 classes); data loading is left
-out so that the figures isolate what the assigner changes.
+images with realistic random ground truth (5-40 boxes per image, 80 classes), in the trainer's memory
+layout (channels_last); data loading is left out so that the figures isolate what the assigner changes.
+With --compile a third row times the batched step of the compiled model after warm-up steps that build
+its graphs (their compile seconds in the row's name).
+
+"GFLOP/s" is the FLOPs of one step's forward + backward per image (torch's FlopCounterMode, counted once on
+a batch of 2: they scale linearly with the batch; the SGD step's elementwise work is not counted) times
+img/s; "of peak" divides it by the matmul / 3x3-conv peak measured in the same run, same device, threads
+and dtype (`benchmarks.peak`; `--peak-repeats`).
 """
 
 from __future__ import annotations
@@ -18,12 +27,14 @@ import torch
 from tabulate import tabulate
 
 from benchmarks.inputs import random_targets
+from benchmarks.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
 from benchmarks.simota import CpuPeak, peak_bytes
 from yolox_fast.exp import get_exp
 from yolox_fast.models.losses import YOLOXLoss
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
+from yolox_fast.utils.compile import MODES, compile_module, compile_stats
 
 ASSIGNERS = {"batched": simota_assign, "reference": simota_assign_reference}
 
@@ -60,18 +71,25 @@ def step_inputs(args, batch: int, device: torch.device, name: str = "yolox-nano"
     exp = get_exp(exp_name=name)
     exp.num_classes = args.num_classes
     torch.manual_seed(0)
-    model = exp.get_model().to(device).train()
+    # the trainer's layout: NHWC weights and images when exp.channels_last (the default)
+    layout = torch.channels_last if exp.channels_last else torch.contiguous_format
+    model = exp.get_model().to(device, memory_format=layout).train()
     gen = torch.Generator().manual_seed(batch)
     imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
-    return model, imgs, random_targets(batch, args.size, args.num_classes, gen).to(device)
+    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
+    return model, imgs.contiguous(memory_format=layout), targets
 
 
 def measure(
-    args, batch: int, which: str, device: torch.device, amp_dtype: torch.dtype | None
+    args, batch: int, which: str, device: torch.device, amp_dtype: torch.dtype | None, compiled: bool = False
 ) -> dict[str, float]:
     """Seconds per training step, the share of it spent in assignment + loss forward, and peak CUDA
-    memory, with `which` assigner at batch `batch`."""
+    memory, with `which` assigner at batch `batch`; `compiled`: the model torch.compile'd (its graphs
+    built in the warm-up steps, their seconds in "compile_s")."""
     model, imgs, targets = step_inputs(args, batch, device)
+    if compiled:
+        compile_module(model, args.compile_mode)
+        before = compile_stats().seconds
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, nesterov=True)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
 
@@ -89,6 +107,7 @@ def measure(
     for _ in range(args.warmup):
         step()
     sync()
+    compile_s = compile_stats().seconds - before if compiled else 0.0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     loss_seconds.clear()
@@ -99,7 +118,8 @@ def measure(
     seconds = (time.perf_counter() - t0) / args.iters
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
     loss_share = sum(loss_seconds) / args.iters / seconds
-    return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak, "loss_share": loss_share}
+    return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak, "loss_share": loss_share,
+            "compile_s": compile_s}  # fmt: skip
 
 
 def grad_checkpoint_peak(
@@ -157,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--peak-repeats", type=int, default=5, help="timed runs of the peak measurement")
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--fp16", action="store_true", help="fp16 autocast + GradScaler (bf16 on CPU)")
     precision.add_argument("--bf16", action="store_true")
@@ -165,7 +186,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="instead: peak memory of one step with and without activation checkpointing",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also the batched step with the model torch.compile'd (inductor); compile time printed apart",
+    )
+    parser.add_argument("--compile-mode", choices=MODES, default="default")
     args = parser.parse_args(argv)
+    if args.compile:
+        args.warmup = max(args.warmup, 2)  # the first steps build the graphs
 
     device = torch.device(
         "cuda" if (args.device == "auto" and torch.cuda.is_available()) or args.device == "cuda" else "cpu"
@@ -179,11 +208,20 @@ def main(argv: list[str] | None = None) -> None:
         print_grad_checkpoint_saving(args, batches, device, amp_dtype)
         return
 
+    model, imgs, targets = step_inputs(args, 2, device)
+    flops_per_image = train_step_flops_per_image(model, imgs, targets, amp_dtype)
+    del model, imgs, targets
     rows = []
     for batch in batches:
         ref = measure(args, batch, "reference", device, amp_dtype)
-        fast = measure(args, batch, "batched", device, amp_dtype)
-        for name, r in (("reference (per image)", ref), ("batched simota_assign", fast)):
+        sides = [
+            ("reference (per image)", ref),
+            ("batched simota_assign", measure(args, batch, "batched", device, amp_dtype)),
+        ]
+        if args.compile:
+            compiled = measure(args, batch, "batched", device, amp_dtype, compiled=True)
+            sides.append((f"batched, torch.compile ({compiled['compile_s']:.0f} s compiling)", compiled))
+        for name, r in sides:
             rows.append(
                 [
                     batch,
@@ -193,16 +231,32 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r['img_s'] / ref['img_s']:.2f}x",
                     f"{100 * r['loss_share']:.1f}%",
                     "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}",
+                    r["img_s"],
                 ]
             )
+    peak = measured_peak(device, amp_dtype, args.peak_repeats)
+    for row in rows:
+        row[-1:] = achieved_columns(flops_per_image, row[-1], peak)
     print(
         f"YOLOX-Nano training step at {args.size} px, {args.num_classes} classes, "
-        f"{setting(device, amp_dtype)}, {args.iters} timed steps after {args.warmup} warm-up"
+        f"{setting(device, amp_dtype)}, {args.iters} timed steps after {args.warmup} warm-up; "
+        f"{flops_per_image / 1e9:.2f} GFLOPs per image per step"
     )
+    print(peak_line(peak, setting(device, amp_dtype)))
     print(
         tabulate(
             rows,
-            headers=["batch", "assigner", "s/iter", "img/s", "vs reference", "assign+loss share", "peak MiB"],
+            headers=[
+                "batch",
+                "assigner",
+                "s/iter",
+                "img/s",
+                "vs reference",
+                "assign+loss share",
+                "peak MiB",
+                "GFLOP/s",
+                "of peak",
+            ],
             tablefmt="github",
         )
     )

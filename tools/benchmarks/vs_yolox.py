@@ -5,9 +5,10 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
     $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox                 # CPU: batch 16 and 64
     $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox --only iteration --batches 16
     $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox --device cuda --fp16 --batches 64 128 256
+    $(tools/setup_yolox_reference.sh) tools/benchmark.py vs-yolox --only inference --inference-batch 32
 
-Three measurements, each alternating the two sides repeat by repeat (load from other processes hits both
-alike; the median of the repeats is reported):
+Four measurements, each alternating the two sides repeat by repeat (load from other processes hits both
+alike; the median of the repeats is reported, and their range):
 
 - iteration: one full training step with the data excluded: forward, loss (with its SimOTA assignment),
   backward, SGD step (each side's own parameter groups), EMA update. yolox-nano, random images, random
@@ -21,31 +22,48 @@ alike; the median of the repeats is reported):
 - end-to-end: images per second of short training runs on the same generated data (the same recipe,
   loader workers and threads): official's pieces in a plain loop (its trainer is CUDA-only) against
   `tools/train.py`; the first epoch (worker start-up, first allocations) is left out.
+- inference: images per second, fp32, the same weights on both sides (official's yolox-nano, or
+  --inference-weights loaded into it, its state_dict shared), on the same generated validation images
+  (--inference-images, at nano's test size unless --inference-size), after one untimed round.
+  Evaluation: official's COCOEvaluator path (its loader, forward, postprocess, COCO records,
+  evaluate_prediction) against `evaluator.evaluate` as `tools/eval.py -b B` runs it (loading, forward,
+  NMS, scoring; without the report files) with its defaults (BatchNorm folded, NHWC) and with
+  --no-fuse --no-channels-last (the layers and layout official runs); both at batch B with the same loader
+  workers, each with its AP50:95, AP50 and number of detections. Demo: official's demo Predictor (one
+  image at a time: ValTransform, forward, class-agnostic postprocess, boxes back to image pixels) against
+  our Predictor as `tools/demo.py` runs it at -b 1 and -b B, on images decoded beforehand (no file
+  reading, no drawing), at the demo's thresholds. A checkpoint with more classes than the set's 4 (the
+  COCO nano in ../shared/weights, the default when it is there) keeps the 4 class rows it predicts most
+  on these images: trained weights find boxes, official's random initialisation finds none above the
+  thresholds (AP 0 on both sides says little).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
 import re
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.finetune import WEIGHTS
 from benchmarks.inputs import random_targets
 from benchmarks.train import setting
 from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
-SECTIONS = ("iteration", "data", "end-to-end")
+SECTIONS = ("iteration", "data", "end-to-end", "inference")
 
 
 def _sync(device: torch.device) -> None:
@@ -53,13 +71,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def alternate(sides: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+def alternate(sides: dict[Hashable, Callable[[], float]], repeats: int) -> dict[Hashable, list[float]]:
     """Call each side's measurement once per round, in turn, for `repeats` rounds; every value."""
-    values: dict[str, list[float]] = {name: [] for name in sides}
+    values: dict[Hashable, list[float]] = {name: [] for name in sides}
     for _ in range(repeats):
         for name, measure in sides.items():
             values[name].append(measure())
     return values
+
+
+def value_range(values: Sequence[float], digits: int) -> str:
+    """'min-max' of the repeats: how far load moved them."""
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
 
 
 # --------------------------------------------------------------------------- iteration
@@ -172,10 +195,12 @@ def measure_iteration(args, device: torch.device, amp_dtype, out: Path, dataset_
             "ours, trainer": timed(ours_trainer),
         }
         alternate(sides, args.warmup)
-        times = {k: statistics.median(v) for k, v in alternate(sides, args.repeats).items()}
+        repeats = alternate(sides, args.repeats)
+        times = {k: statistics.median(v) for k, v in repeats.items()}
         for name, seconds in times.items():
+            rates = [batch_size / t for t in repeats[name]]
             rows.append([
-                batch_size, name, f"{seconds:.3f}", f"{batch_size / seconds:.1f}",
+                batch_size, name, f"{seconds:.3f}", f"{batch_size / seconds:.1f}", value_range(rates, 1),
                 f"{times['official'] / seconds:.2f}x",
                 f"{100 * (seconds / times['ours'] - 1):+.1f}%" if name == "ours, trainer" else "",
             ])  # fmt: skip
@@ -233,8 +258,12 @@ def measure_data(args, root: Path) -> list[list]:
         "ours": per_sample(ours, lambda i: (True, i, (0, i))),
     }
     alternate(sides, 1)
-    ms = {k: 1000 * statistics.median(v) for k, v in alternate(sides, args.data_repeats).items()}
-    return [[name, f"{v:.2f}", f"{ms['official'] / v:.2f}x"] for name, v in ms.items()]
+    repeats = {k: [1000 * x for x in v] for k, v in alternate(sides, args.data_repeats).items()}
+    ms = {k: statistics.median(v) for k, v in repeats.items()}
+    return [
+        [name, f"{v:.2f}", value_range(repeats[name], 2), f"{ms['official'] / v:.2f}x"]
+        for name, v in ms.items()
+    ]
 
 
 # --------------------------------------------------------------------------- end to end
@@ -280,8 +309,182 @@ def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[
         "official": lambda: end_to_end_official(args, root, args.epochs, args.e2e_batch),
         "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch),
     }
-    rates = {k: statistics.median(v) for k, v in alternate(sides, args.e2e_repeats).items()}
-    return [[name, f"{r:.2f}", f"{r / rates['official']:.2f}x"] for name, r in rates.items()]
+    repeats = alternate(sides, args.e2e_repeats)
+    rates = {k: statistics.median(v) for k, v in repeats.items()}
+    return [[name, f"{r:.2f}", value_range(repeats[name], 2), f"{r / rates['official']:.2f}x"]
+            for name, r in rates.items()]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- inference
+def inference_state_dict(args, num_classes: int, evaluator) -> tuple[dict, str]:
+    """(official yolox-nano's state_dict for `num_classes`, where its weights come from).
+
+    --inference-weights: a checkpoint in official's layout. One trained for more classes (the COCO nano)
+    keeps the `num_classes` class rows it predicts most often on the evaluator's images, so that it finds
+    boxes on the generated shapes (its first four, person to motorcycle, find almost none there); which
+    classes they name does not matter, both sides score the same boxes. Without it: official's
+    initialisation, seeded.
+    """
+    from benchmarks.yolox_official import official_nano_exp
+    from yolox_fast.utils.checkpoint import load_checkpoint, model_state_dict
+
+    torch.manual_seed(0)
+    model = official_nano_exp({"num_classes": num_classes}).get_model()
+    if args.inference_weights is None:
+        return model.state_dict(), "official's random initialisation"
+    state = dict(model_state_dict(load_checkpoint(args.inference_weights)))
+    trained_classes = len(state["head.cls_preds.0.bias"])
+    text = args.inference_weights
+    if trained_classes > num_classes:
+        trained = official_nano_exp({"num_classes": trained_classes}).get_model()
+        trained.load_state_dict(state)
+        rows = most_predicted_classes(trained.eval(), trained_classes, evaluator)[:num_classes]
+        for key in state:
+            if ".cls_preds." in key:
+                state[key] = state[key][rows]
+        text += f", its classes {', '.join(map(str, rows))} of {trained_classes} (the most predicted here)"
+    model.load_state_dict(state)  # strict: a checkpoint of another model fails here, not in a figure
+    return model.state_dict(), text
+
+
+@torch.no_grad()
+def most_predicted_classes(model, num_classes: int, evaluator) -> list[int]:
+    """Class indices by how many of `model`'s boxes on the evaluator's images name them, most first
+    (official's postprocess at the evaluator's thresholds; ties by index)."""
+    from yolox.utils import postprocess
+
+    counts = torch.zeros(num_classes, dtype=torch.long)
+    for imgs, *_ in evaluator.dataloader:
+        for kept in postprocess(model(imgs), num_classes, evaluator.confthre, evaluator.nmsthre):
+            if kept is not None:
+                counts += torch.bincount(kept[:, 6].long(), minlength=num_classes)
+    return sorted(range(num_classes), key=lambda c: (-int(counts[c]), c))
+
+
+def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list], str]:
+    """(table rows, what ran) of the inference section."""
+    import cv2
+    from loguru import logger
+    from yolox.data.data_augment import ValTransform
+    from yolox.utils import postprocess as official_postprocess
+
+    from benchmarks.yolox_official import official_detections, official_nano_exp, official_score
+    from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, list_images
+    from yolox_fast.exp import get_exp
+    from yolox_fast.inference import Predictor, load_inference_model
+
+    torch.set_num_threads(args.threads)
+    num_classes, batch, n = len(CLASS_NAMES), args.inference_batch, args.inference_images
+    exp = get_exp(exp_name="yolox-nano")
+    size = args.inference_size or exp.test_size[0]
+    dataset_json = make_fidelity_set(out / f"inference_{n}_{size}", 0, n, size)
+    root = dataset_json.parent
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' "loading annotations" lines
+        official_exp = official_nano_exp({
+            "num_classes": num_classes, "data_dir": str(root), "val_ann": "instances_val2017.json",
+            "test_size": (size, size), "data_num_workers": args.workers,
+        })  # fmt: skip
+        official_evaluator = official_exp.get_evaluator(batch_size=batch, is_distributed=False)
+    state, weights_text = inference_state_dict(args, num_classes, official_evaluator)
+    weights = out / "inference_weights.pth"
+    torch.save({"model": state}, weights)
+    official_model = official_exp.get_model()
+    official_model.load_state_dict(state)
+    official_model.to(device).eval()
+
+    exp.merge(["dataset", str(dataset_json), "num_classes", str(num_classes), "test_size", f"({size},{size})",
+               "data_num_workers", str(args.workers)])  # fmt: skip
+    exp.validate()
+    exp.prepare_dataset()
+    evaluator = exp.get_evaluator(batch, False)
+    # what tools/eval.py and tools/demo.py run by default: BatchNorm folded, NHWC (exp.channels_last)
+    ours_model, evaluator.class_names = load_inference_model(
+        exp, str(weights), device, True, exp.channels_last
+    )
+    exp.model = None  # get_model() keeps the model it built (YOLOX's way): a second, separate one
+    plain_model, _ = load_inference_model(exp, str(weights), device)
+    predictor = Predictor(
+        ours_model, num_classes, exp.test_size, DEMO_CONF, DEMO_NMS, device, channels_last=exp.channels_last,
+        class_agnostic=True,
+    )  # fmt: skip
+    images = [cv2.imread(str(path)) for path in list_images(str(root / "val2017"))]
+
+    # side -> (detections, and for an evaluation AP50:95, AP50) of its last run
+    found: dict[tuple, tuple] = {}
+
+    def timed(side: tuple, run: Callable[[], tuple]) -> Callable[[], float]:
+        def measure() -> float:
+            _sync(device)
+            t0 = time.perf_counter()
+            found[side] = run()
+            _sync(device)
+            return n / (time.perf_counter() - t0)
+
+        return measure
+
+    def official_eval() -> tuple:
+        records = official_detections(official_evaluator, official_model)
+        return len(records), *official_score(official_evaluator, records)
+
+    def ours_eval(model) -> Callable[[], tuple]:
+        def run() -> tuple:
+            ap50_95, ap50, _ = evaluator.evaluate(model)
+            return sum(len(d) for d in evaluator.last_merged.detections.values()), ap50_95, ap50
+
+        return run
+
+    @torch.no_grad()
+    def official_demo() -> tuple:
+        preproc, boxes = ValTransform(legacy=False), 0
+        for img in images:
+            ratio = min(size / img.shape[0], size / img.shape[1])
+            x, _ = preproc(img, None, (size, size))
+            outputs = official_model(torch.from_numpy(x).unsqueeze(0).float().to(device))
+            kept = official_postprocess(outputs, num_classes, DEMO_CONF, DEMO_NMS, class_agnostic=True)[0]
+            if kept is not None:
+                kept = kept.cpu()
+                # boxes in image pixels, score = obj * cls: what its visual() computes before drawing, and
+                # what our Predictor returns, so both sides do that work
+                dets = torch.cat([kept[:, :4] / ratio, kept[:, 4:5] * kept[:, 5:6], kept[:, 6:7]], 1)
+                boxes += len(dets)
+        return (boxes,)
+
+    def ours_demo(b: int) -> Callable[[], tuple]:
+        def run() -> tuple:
+            return (sum(len(d) for i in range(0, n, b) for d in predictor.predict(images[i : i + b])),)
+
+        return run
+
+    runs = {
+        ("evaluation", "official", batch): official_eval,
+        ("evaluation", "ours", batch): ours_eval(ours_model),
+        ("evaluation", "ours, --no-fuse --no-channels-last", batch): ours_eval(plain_model),
+        ("demo", "official", 1): official_demo,
+        ("demo", "ours", 1): ours_demo(1),
+        ("demo", "ours", batch): ours_demo(batch),
+    }
+    sides = {side: timed(side, run) for side, run in runs.items()}
+    logger.disable("yolox_fast")  # the evaluators' progress and summaries, every repeat
+    logger.disable("yolox")
+    try:
+        alternate(sides, 1)  # untimed: oneDNN picks its kernels per shape, loaders and caches warm up
+        repeats = alternate(sides, args.inference_repeats)
+    finally:
+        logger.enable("yolox_fast")
+        logger.enable("yolox")
+    official = {task: statistics.median(v) for (task, name, _), v in repeats.items() if name == "official"}
+    rows = []
+    for (task, name, b), rates in repeats.items():
+        median = statistics.median(rates)
+        detections, *ap = found[(task, name, b)]
+        rows.append([task, name, b, f"{median:.1f}", value_range(rates, 1), f"{median / official[task]:.2f}x",
+                     detections, *(f"{x:.4f}" for x in ap)])  # fmt: skip
+    what = (
+        f"{n} generated validation images at {size} px, weights: {weights_text}; fp32, {args.threads} torch "
+        f"threads, {args.workers} eval loader workers per side; median and range of {args.inference_repeats} "
+        "alternating repeats"
+    )
+    return rows, what
 
 
 def main(argv) -> None:
@@ -303,7 +506,17 @@ def main(argv) -> None:
     p.add_argument("--epochs", type=int, default=3, help="end-to-end: epochs per run (the first is left out)")
     p.add_argument("--e2e-batch", type=int, default=16)
     p.add_argument("--e2e-repeats", type=int, default=2, help="end-to-end: runs per side")
-    p.add_argument("--workers", type=int, default=2, help="end-to-end: loader workers per side")
+    p.add_argument("--workers", type=int, default=2, help="end-to-end, evaluation: loader workers per side")
+    p.add_argument("--inference-images", type=int, default=64, help="inference: generated validation images")
+    p.add_argument("--inference-size", type=int, default=None, help="inference: test size (default nano's)")
+    p.add_argument("--inference-batch", type=int, default=16, help="inference: batch B of both evaluations")
+    p.add_argument("--inference-repeats", type=int, default=3, help="inference: timed rounds")
+    p.add_argument(
+        "--inference-weights",
+        default=str(WEIGHTS) if WEIGHTS.is_file() else None,
+        help="inference: checkpoint in official's layout (default the COCO nano in ../shared/weights if "
+        "there, else official's random initialisation)",
+    )
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads per side")
     p.add_argument("--out", default="YOLOX_outputs/vs_yolox")
     args = p.parse_args(argv)
@@ -324,13 +537,14 @@ def main(argv) -> None:
     if "iteration" in args.only:
         rows = measure_iteration(args, device, amp_dtype, out, dataset_json)
         print(f"\ntraining iteration, data excluded (median of {args.repeats} alternating repeats)")
-        print(tabulate(rows, headers=["batch", "side", "s/iter", "img/s", "vs official", "trainer overhead"],
-                       tablefmt="github"))  # fmt: skip
+        print(tabulate(rows, headers=["batch", "side", "s/iter", "img/s", "range", "vs official",
+                                      "trainer overhead"], tablefmt="github"))  # fmt: skip
     if "data" in args.only:
         rows = measure_data(args, root)
         print(f"\ndata pipeline, CPU ms per training sample (mosaic, affine, HSV, flip; {len(CLASS_NAMES)} "
               f"classes; median of {args.data_repeats} rounds of {args.samples} samples)")  # fmt: skip
-        print(tabulate(rows, headers=["side", "CPU ms/sample", "less CPU than official"], tablefmt="github"))
+        print(tabulate(rows, headers=["side", "CPU ms/sample", "range", "less CPU than official"],
+                       tablefmt="github"))  # fmt: skip
     if "end-to-end" in args.only:
         rows = measure_end_to_end(args, root, dataset_json, out)
         print(
@@ -338,4 +552,10 @@ def main(argv) -> None:
             f"workers, {args.threads} torch threads each, epochs 2-{args.epochs} timed; "
             f"median of {args.e2e_repeats}"
         )
-        print(tabulate(rows, headers=["side", "img/s", "vs official"], tablefmt="github"))
+        print(tabulate(rows, headers=["side", "img/s", "range", "vs official"], tablefmt="github"))
+    if "inference" in args.only:
+        rows, what = measure_inference(args, device, out)
+        print(f"\ninference: {what}")
+        # numparse off: tabulate would print an AP of "0.0000" as "0"
+        headers = ["task", "side", "batch", "img/s", "range", "vs official", "detections", "AP50:95", "AP50"]
+        print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))

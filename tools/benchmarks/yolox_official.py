@@ -61,9 +61,10 @@ def official_detections(evaluator, model) -> list[dict]:
 
     training = model.training
     model.eval()
+    device = next(model.parameters()).device
     records = []
     for imgs, _, info_imgs, ids in evaluator.dataloader:
-        outputs = model(imgs.float())
+        outputs = model(imgs.to(device).float())
         outputs = postprocess(outputs, evaluator.num_classes, evaluator.confthre, evaluator.nmsthre)
         records.extend(evaluator.convert_to_coco_format(outputs, info_imgs, ids))
     model.train(training)
@@ -72,7 +73,11 @@ def official_detections(evaluator, model) -> list[dict]:
 
 def official_evaluate(evaluator, model) -> tuple[float, float]:
     """(AP50:95, AP50) as COCOEvaluator.evaluate computes them."""
-    records = official_detections(evaluator, model)
+    return official_score(evaluator, official_detections(evaluator, model))
+
+
+def official_score(evaluator, records: list[dict]) -> tuple[float, float]:
+    """(AP50:95, AP50) of COCO result records, scored by COCOEvaluator.evaluate_prediction."""
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' progress lines
         ap50_95, ap50, _ = evaluator.evaluate_prediction(records, torch.tensor([0.0, 0.0, 1.0]))
     return float(ap50_95), float(ap50)

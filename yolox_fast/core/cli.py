@@ -63,6 +63,36 @@ def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str | None) ->
     )
 
 
+def add_compile_argument(parser: argparse.ArgumentParser) -> None:
+    """Add --compile: the exp field `compile` set to True (torch.compile; docs/training.md)."""
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (the exp field compile; compile_mode, compile_backend): minutes of "
+        "compiling, then faster steps; compile time is reported apart",
+    )
+
+
+def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the model-speed flags of eval and demo: --fuse/--no-fuse, --channels-last/--no-channels-last
+    (default None: the exp's channels_last) and --compile."""
+    parser.add_argument(
+        "--fuse",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fold BatchNorm into the convolutions (the default: equal outputs, faster; YOLOX's flag)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="NHWC memory format (default: the exp's channels_last, on as in training): with --fuse 1.6-2x "
+        "the images/s of nano on a CPU; outputs, and with them boxes, change by fp32 rounding (~1e-3 px "
+        "between batch sizes)",
+    )
+    add_compile_argument(parser)
+
+
 def parse_with_overrides(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Parse flags anywhere on the line; what is left are the exp's `KEY VALUE` overrides (`args.opts`).
 
@@ -112,6 +142,8 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
     if exported is not None:
         exp.num_classes, exp.test_size = exported.num_classes, tuple(exported.test_size)
     exp.merge(args.opts)
+    if getattr(args, "compile", False):
+        exp.compile = True
     if args.experiment_name:
         exp.exp_name = args.experiment_name
     if getattr(args, "tsize", None) is not None:

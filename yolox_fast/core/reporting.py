@@ -111,6 +111,9 @@ def log_run_summary(trainer) -> None:
         ("output", trainer.run_dir),
         ("command", " ".join(sys.argv)),
     ]
+    if trainer.exp.compile:
+        exp = trainer.exp
+        env.append(("torch.compile", f"{exp.compile_backend}, mode {exp.compile_mode} (graphs at first use)"))
     if trainer.exp.grad_checkpoint:
         env.append(
             ("activation checkpointing", "on (python tools/benchmark.py train --grad-checkpoint measures it)")

@@ -41,6 +41,7 @@ from yolox_fast.utils.checkpoint import (
     resume_checkpoint_path,
     save_checkpoint,
 )
+from yolox_fast.utils.compile import compile_module, compile_stats
 from yolox_fast.utils.ema import ModelEMA, unwrap_model
 from yolox_fast.utils.logger import setup_logger
 from yolox_fast.utils.metric import MeterBuffer
@@ -255,6 +256,8 @@ class Trainer:
                     ckpt.get("ema") or {"updates": self.start_progress},
                     ckpt["model"],
                 )
+        if self.exp.compile:
+            self._compile(model)
         if self.is_distributed:
             model = nn.parallel.DistributedDataParallel(
                 model,
@@ -276,6 +279,19 @@ class Trainer:
             self.trackers = reporting.start_trackers(self, ckpt)
         self.train_start = time.perf_counter()
 
+    def _compile(self, model: nn.Module) -> None:
+        # in place, before the DDP wrap (DDP then runs the compiled forward) and after the EMA's copy. The
+        # first size gets a static graph, the second a symbolic-size one that serves the rest, eval mode its
+        # own; the recompile limit is set far above that, so that no size can silently fall back to eager
+        budget = 4 * (len(self.exp.multiscale_factors()) + 1) + 8
+        modules = [model] + ([self.ema_model.ema] if self.ema_model is not None else [])
+        for module in modules:
+            compile_module(module, self.exp.compile_mode, budget, self.exp.compile_backend)
+        logger.info(
+            f"torch.compile ({self.exp.compile_backend}, mode {self.exp.compile_mode}): graphs compile on "
+            f"first use, at most {budget}; their count and compile time are logged at each epoch's end"
+        )
+
     def before_epoch(self) -> None:
         logger.info(f"---> start epoch {self.epoch + 1}/{self.max_epoch}")
         self.epoch_start = time.perf_counter()
@@ -294,6 +310,8 @@ class Trainer:
         if self.exp.save_history_ckpt:
             self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
         logger.info(f"epoch {done}/{self.max_epoch} finished")
+        if self.exp.compile:
+            logger.info(f"torch.compile so far: {compile_stats()}")
         improved, ap = False, None
         if done % self.exp.eval_interval == 0 or self.no_aug or done == self.max_epoch:
             improved, ap = self.evaluate_and_save_model(), self.last_eval

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from loguru import logger
 
-from yolox_fast.inference.predictor import Detections, detect_batch, model_device
+from yolox_fast.inference.predictor import Detections, detect_batch, model_device, model_memory_format
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype
 from yolox_fast.utils.progress import Progress
@@ -84,7 +84,7 @@ def run_inference(
     (fp16 on CUDA, bf16 on CPU). The model is put in eval mode and left there.
     """
     model.eval()
-    device = model_device(model)
+    device, memory_format = model_device(model), model_memory_format(model)
     dtype = amp_dtype(device, fp16=half)
     result = InferenceResult()
     # rank 0 shows its own shard's progress (the shards are of equal size), the other ranks stay quiet
@@ -92,7 +92,7 @@ def run_inference(
     for imgs, _, img_info, img_ids in dataloader:
         ids = _split_ids(img_ids)
         infos = _split_info(img_info, len(ids))
-        imgs = imgs.to(device, non_blocking=True).float()
+        imgs = imgs.to(device, non_blocking=True).float().contiguous(memory_format=memory_format)
         out = detect_batch(model, imgs, infos, img_size, num_classes, confthre, nmsthre, dtype)
         result.forward_s += out.forward_s
         result.nms_s += out.nms_s
@@ -111,6 +111,12 @@ def _num_images(dataloader: Iterable) -> int:
         if part is not None and hasattr(part, "__len__"):
             return len(part)
     return 0
+
+
+def batch_sizes(dataloader) -> list[int]:
+    """The batch sizes this rank's loader yields: its batch size, and the smaller last batch if any."""
+    images, batch = _num_images(dataloader), dataloader.batch_size
+    return sorted({min(batch, images)} | ({images % batch} if images > batch and images % batch else set()))
 
 
 def gather_inference(local: InferenceResult) -> InferenceResult | None:

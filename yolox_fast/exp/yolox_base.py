@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from yolox_fast.exp.base_exp import BaseExp
 from yolox_fast.utils import dist as dist_utils
+from yolox_fast.utils.compile import MODES as COMPILE_MODES
 
 
 def default_exp_name(cls: type) -> str:
@@ -44,7 +45,8 @@ class Exp(BaseExp):
     FIELD_TYPES = {
         # model
         "num_classes": int | None, "depth": float, "width": float, "act": Literal["silu", "relu", "lrelu"],
-        "depthwise": bool, "grad_checkpoint": bool, "channels_last": bool,
+        "depthwise": bool, "grad_checkpoint": bool, "channels_last": bool, "compile": bool,
+        "compile_mode": Literal[COMPILE_MODES], "compile_backend": str,
         # data
         "dataset": str, "data_dir": str | None, "train_ann": str | None, "val_ann": str | None,
         "test_ann": str, "class_names": tuple[str, ...] | None, "data_num_workers": int,
@@ -89,6 +91,12 @@ class Exp(BaseExp):
         # train in NHWC memory format: oneDNN (CPU) and tensor cores (CUDA) run its convolutions faster
         # (yolox-nano 320 px on a 2-core CPU: 1.37x per step); the weights and results are the same
         self.channels_last = True
+        # torch.compile the model for training and evaluation (tools' --compile): off, because its minutes
+        # of compiling only pay back in long runs (docs/training.md, "torch.compile"); compile_mode and
+        # compile_backend are torch.compile's ("aot_eager" traces without generating kernels: a quick check)
+        self.compile = False
+        self.compile_mode = "default"
+        self.compile_backend = "inductor"
 
         # ---------------- data ---------------- #
         # The dataset: a built-in description ("coco", "voc", "shapes"), a description .json or an
@@ -321,16 +329,21 @@ class Exp(BaseExp):
 
         return build_eval_loader(self, batch_size, is_distributed)
 
+    def multiscale_factors(self) -> range:
+        """The training sizes `random_resize` draws from, in units of 32 px of the input height."""
+        if self.random_size is not None:
+            lo, hi = self.random_size
+        else:
+            base = int(self.input_size[0] / 32)
+            lo, hi = base - self.multiscale_range, base + self.multiscale_range
+        return range(lo, hi + 1)
+
     def random_resize(self, data_loader, epoch: int, rank: int, is_distributed: bool) -> tuple[int, int]:
         """Draw the next multi-scale input size on rank 0 and share it, so every rank agrees."""
         size = None
         if rank == 0:
-            if self.random_size is not None:
-                lo, hi = self.random_size
-            else:
-                base = int(self.input_size[0] / 32)
-                lo, hi = base - self.multiscale_range, base + self.multiscale_range
-            factor = random.randint(lo, hi)
+            factors = self.multiscale_factors()
+            factor = random.randint(factors[0], factors[-1])  # randint, as YOLOX: the same sizes per seed
             aspect = self.input_size[1] / self.input_size[0]
             size = (int(32 * factor), 32 * int(factor * aspect))
         if is_distributed and dist.is_initialized():

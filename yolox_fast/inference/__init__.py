@@ -7,6 +7,7 @@ from yolox_fast.inference.predictor import (
     detect_batch,
     load_inference_model,
     model_device,
+    model_memory_format,
     to_original_coords,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "load_exported_model",
     "load_inference_model",
     "model_device",
+    "model_memory_format",
     "to_original_coords",
 ]

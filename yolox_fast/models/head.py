@@ -87,6 +87,10 @@ class YOLOXHead(nn.Module):
             nn.init.constant_(conv.bias, bias)
 
     def _level_grid(self, k: int, h: int, w: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if torch.compiler.is_compiling():
+            # in a compiled graph the grid is folded in; filling the cache would change what the graph's
+            # guards saw and recompile it once on the next call
+            return level_grid(h, w, self.strides[k], device, dtype)
         key = (k, h, w, device, dtype)
         if key not in self._grid_cache:
             self._grid_cache[key] = level_grid(h, w, self.strides[k], device, dtype)
@@ -134,6 +138,8 @@ class YOLOXHead(nn.Module):
             [(raw_reg[..., :2] + grids) * strides, torch.exp(raw_reg[..., 2:4]) * strides], dim=-1
         )
 
+    # eager under torch.compile: the assignment's shapes depend on the data (a graph per batch otherwise)
+    @torch.compiler.disable
     def _losses(self, out: torch.Tensor, sizes: Sequence[tuple[int, int]], labels: torch.Tensor | None):
         if labels is None:
             raise ValueError("YOLOXHead in training mode needs labels (N, M, 5) [cls, cx, cy, w, h] px")
