@@ -14,7 +14,7 @@ from test_trainer import EXP_FILE, tiny_opts
 from yolox_fast.exp import Exp
 from yolox_fast.inference import Predictor
 from yolox_fast.utils.checkpoint import load_checkpoint
-from yolox_fast.utils.compile import compile_module, compile_stats
+from yolox_fast.utils.compile import compile_module, compile_stats, run_batch_sizes
 
 STATS_LINE = re.compile(r"torch\.compile so far: (\d+) graphs compiled in ([\d.]+) s, (\d+) eager fallbacks")
 
@@ -47,6 +47,12 @@ def test_compile_keeps_the_state_dict_and_rejects_unknown_settings():
     exp = Exp()
     with pytest.raises(ValueError, match="compile_mode"):
         exp.merge(["compile_mode", "fastest"])
+
+
+def test_warm_up_batch_sizes_are_the_batch_and_a_smaller_last_one():
+    assert run_batch_sizes(10, 4) == [2, 4]
+    assert run_batch_sizes(8, 4) == [4]
+    assert run_batch_sizes(3, 4) == [3]
 
 
 @pytest.mark.slow

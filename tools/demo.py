@@ -35,6 +35,7 @@ from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
 from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
 from yolox_fast.utils.amp import amp_dtype
+from yolox_fast.utils.compile import run_batch_sizes
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -84,14 +85,6 @@ def default_image_dir(exp) -> str:
     return str(Path(cfg["root"]) / cfg["val"]["images"])
 
 
-def demo_batch_sizes(batch_size: int, image_dir: str | None) -> list[int]:
-    """The batch sizes the demo will run: -b, and for a folder of images the smaller last batch if any."""
-    if image_dir is None:
-        return [batch_size]
-    images = len(list_images(image_dir))
-    return sorted({min(batch_size, images)} | ({images % batch_size} - {0}))
-
-
 def main(argv=None) -> None:
     args = parse_with_overrides(make_parser(), argv)
     if args.legacy:
@@ -108,14 +101,13 @@ def main(argv=None) -> None:
             )
         model = load_exported_model(args.ckpt, device)
         exp = build_exp(args, model.metadata)
-        exp.compile = False  # an exp file's compile field is for its checkpoints; an exported file runs as is
         class_names = model.metadata.class_names
         device, channels_last = model.device, False
     else:
         exp = build_exp(args)
         ckpt = default_checkpoint(exp, args.ckpt)
         model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
-        channels_last = exp.channels_last if args.channels_last is None else args.channels_last
+        channels_last = exp.channels_last
     predictor = Predictor(
         model,
         exp.num_classes,
@@ -129,7 +121,11 @@ def main(argv=None) -> None:
     )
     image_dir = (args.path or default_image_dir(exp)) if args.demo == "image" else None
     if exp.compile:
-        predictor.compile(exp.compile_mode, demo_batch_sizes(args.batch_size, image_dir), exp.compile_backend)
+        # a folder's last batch may be smaller; a stream's batches are all -b but its last
+        sizes = (
+            run_batch_sizes(len(list_images(image_dir)), args.batch_size) if image_dir else [args.batch_size]
+        )
+        predictor.compile(exp.compile_mode, sizes, exp.compile_backend)
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
 
     if args.demo == "image":

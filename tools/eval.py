@@ -105,8 +105,7 @@ def evaluate(args) -> tuple:
         ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
         if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
             ckpt = None  # timing does not need trained weights (load_inference_model warns)
-        channels_last = exp.channels_last if args.channels_last is None else args.channels_last
-        model, class_names = load_inference_model(exp, ckpt, device, args.fuse, channels_last)
+        model, class_names = load_inference_model(exp, ckpt, device, args.fuse, exp.channels_last)
     logger.info(
         f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
         f"{world} process(es), batch {args.batch_size // world} per process, device {model_device(model)}"
@@ -135,11 +134,11 @@ def evaluate(args) -> tuple:
 
 def compile_eval_model(model, exp, evaluator, half: bool) -> None:
     """torch.compile `model` and build its graphs for the loader's batch sizes before the timed evaluation."""
-    h, w = exp.test_size
-    device, dtype = model_device(model), amp_dtype(model_device(model), fp16=half)
+    (h, w), device, layout = exp.test_size, model_device(model), model_memory_format(model)
+    dtype = amp_dtype(device, fp16=half)
 
     def warm_up(batch: int) -> None:
-        imgs = torch.zeros(batch, 3, h, w, device=device).contiguous(memory_format=model_memory_format(model))
+        imgs = torch.zeros(batch, 3, h, w, device=device).contiguous(memory_format=layout)
         sizes = [(h, w)] * batch
         detect_batch(model, imgs, sizes, (h, w), exp.num_classes, exp.test_conf, exp.nmsthre, dtype)
 
@@ -156,8 +155,6 @@ def build_eval_exp(args, exported: ExportedModel | None = None):
             "layout are fixed at export"
         )
     exp = build_exp(args, exported.metadata if exported is not None else None)
-    if exported is not None:
-        exp.compile = False  # an exp file's compile field is for its checkpoints; an exported file runs as is
     if args.conf is not None:
         exp.test_conf = args.conf
     if args.nms is not None:

@@ -142,8 +142,13 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
     if exported is not None:
         exp.num_classes, exp.test_size = exported.num_classes, tuple(exported.test_size)
     exp.merge(args.opts)
+    # the inference flags of eval and demo (core.cli.add_inference_arguments) set their exp fields
     if getattr(args, "compile", False):
         exp.compile = True
+    if getattr(args, "channels_last", None) is not None:
+        exp.channels_last = args.channels_last
+    if exported is not None:
+        exp.compile = False  # an exp file's compile field is for its checkpoints; an exported file runs as is
     if args.experiment_name:
         exp.exp_name = args.experiment_name
     if getattr(args, "tsize", None) is not None:

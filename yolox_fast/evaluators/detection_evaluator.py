@@ -19,6 +19,7 @@ from loguru import logger
 from yolox_fast.inference.predictor import Detections, detect_batch, model_device, model_memory_format
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.amp import amp_dtype
+from yolox_fast.utils.compile import run_batch_sizes
 from yolox_fast.utils.progress import Progress
 
 
@@ -115,8 +116,7 @@ def _num_images(dataloader: Iterable) -> int:
 
 def batch_sizes(dataloader) -> list[int]:
     """The batch sizes this rank's loader yields: its batch size, and the smaller last batch if any."""
-    images, batch = _num_images(dataloader), dataloader.batch_size
-    return sorted({min(batch, images)} | ({images % batch} if images > batch and images % batch else set()))
+    return run_batch_sizes(_num_images(dataloader), dataloader.batch_size)
 
 
 def gather_inference(local: InferenceResult) -> InferenceResult | None:

@@ -82,6 +82,12 @@ def compile_stats() -> CompileStats:
     )
 
 
+def run_batch_sizes(num_images: int, batch_size: int) -> list[int]:
+    """The batch sizes a pass over `num_images` in batches of `batch_size` runs: the batch, and the smaller
+    last one if any (the graphs an inference warm-up has to build)."""
+    return sorted({min(batch_size, num_images)} | ({num_images % batch_size} - {0}))
+
+
 def compile_for_inference(
     module: torch.nn.Module,
     mode: str,
