@@ -3,6 +3,7 @@
 import signal
 
 import pytest
+import torch
 
 from yolox_fast.data.datasets.synthetic import default_description, generate
 
@@ -48,3 +49,13 @@ def default_sigchld():
     meets that sequence; the suite runs them all in one."""
     yield
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads():
+    """Each test ends with torch's thread count as it found it. The benchmarks' --threads 1, run in this
+    process, set it for the process (right for a tool run, which is one process doing one job): every later
+    test would run its tensors on one core of two."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -1,8 +1,16 @@
 """Helpers shared by the test modules (tests/ is on sys.path when pytest runs them)."""
 
+import contextlib
+import io
+import os
+import runpy
 import subprocess
 import sys
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
+
+from loguru import logger
 
 from yolox_fast.exp import Exp
 
@@ -22,6 +30,68 @@ def run_tool_process(tool: str, *args: str, cwd: Path, timeout: int = 300) -> st
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     return out
+
+
+@dataclass
+class ToolRun:
+    """What a finished `python tools/<tool>.py` run leaves: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _said_once_a_process() -> list[tuple[object, str, object]]:
+    """(owner, attribute, its value in a fresh process) of the messages the package logs once a process."""
+    from yolox_fast.data import layouts
+    from yolox_fast.data.augment import TrainTransform
+    from yolox_fast.data.datasets.base import DetectionDataset
+    from yolox_fast.utils import amp
+
+    return [
+        (layouts, "_LOGGED", set()),
+        (DetectionDataset, "_warned_orientation", False),
+        (TrainTransform, "_warned_truncation", False),
+        (amp, "_warned_cpu_fp16", False),
+    ]
+
+
+def run_tool_here(tool: str, *args, cwd: Path = REPO) -> ToolRun:
+    """`python tools/<tool>.py args...` as the interpreter runs it (the file as __main__, sys.argv as typed,
+    from `cwd`), in this process: the exit code, stdout and stderr a fresh process gives (an uncaught
+    exception: its traceback and exit code 1; the messages logged once a process said again), without the
+    interpreter start and imports of one (about 3 s each). For the runs whose process itself is not what the
+    test is about."""
+    script = str(REPO / "tools" / f"{tool}.py")
+    once = _said_once_a_process()
+    saved = [getattr(owner, name) for owner, name, _ in once]
+    for owner, name, fresh in once:
+        setattr(owner, name, fresh)
+    argv, here, out, err = sys.argv, os.getcwd(), io.StringIO(), io.StringIO()
+    sys.argv = [script, *map(str, args)]
+    logger.remove()  # a fresh process logs to its own stderr until the tool sets up its logger
+    logger.add(err, level="DEBUG")
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(script, run_name="__main__")
+                code = 0
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+                if isinstance(stop.code, str):
+                    print(stop.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 -- what the interpreter does with it: traceback, exit code 1
+                traceback.print_exc()
+                code = 1
+    finally:
+        for (owner, name, _), value in zip(once, saved):
+            setattr(owner, name, value)
+        os.chdir(here)
+        sys.argv = argv
+        logger.remove()  # the tool's sinks (its log file, the captured stderr) end with it
+        logger.add(sys.stderr)
+    return ToolRun(code, out.getvalue(), err.getvalue())
 
 
 def exp_for(dataset: str, /, **fields) -> Exp:

@@ -3,12 +3,12 @@ of 2 give the gradient of one batch of 8, the non-finite guard skips the whole s
 `-b 2 nominal_batch_size 8` runs optimizer steps of 8 images with lr, iterations and EMA counted in them."""
 
 import re
-import subprocess
 
 import pytest
 import torch
 from benchmarks.inputs import random_targets
-from test_trainer import REPO, load_train_tool, tiny_opts, train_cmd
+from helpers import run_tool_here
+from test_trainer import load_train_tool, tiny_opts, train_cmd
 
 from yolox_fast.core.accumulation import accumulation_steps
 from yolox_fast.core.nonfinite import NonFiniteGuard
@@ -115,9 +115,7 @@ def test_nominal_batch_from_the_command_line(tiny_shapes_coco, tmp_path):
     opts = tiny_opts(
         tiny_shapes_coco["config"], tmp_path, max_epoch=1, no_aug_epochs=0, nominal_batch_size=8
     ) + ["cache_dir", str(tmp_path)]
-    out = subprocess.run(
-        train_cmd(opts, "--cache", "disk"), cwd=REPO, capture_output=True, text=True, timeout=600, check=False
-    )
+    out = run_tool_here("train", *train_cmd(opts, "--cache", "disk")[2:])  # as typed, in this process
     assert out.returncode == 0, out.stderr[-3000:]
     log = (tmp_path / "run" / "train_log.txt").read_text()
     assert "4 batches accumulated per optimizer step = 8 images" in log

@@ -3,13 +3,12 @@
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from helpers import run_tool_here
 from PIL import Image
 
 from yolox_fast.data.check import check_dataset
@@ -20,14 +19,12 @@ from yolox_fast.data.datasets.yolo import write_yolo_dataset
 from yolox_fast.exp import Exp
 
 REPO = Path(__file__).resolve().parents[1]
-TOOL = REPO / "tools" / "check_dataset.py"
 SMALL = ["input_size", "(128,128)"]
 
 
 def _check(*args):
-    return subprocess.run(
-        [sys.executable, str(TOOL), *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
+    """`python tools/check_dataset.py args...` as typed, in this process (helpers.run_tool_here)."""
+    return run_tool_here("check_dataset", *args)
 
 
 def _exp(description: str, **fields) -> Exp:

@@ -2,13 +2,11 @@
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import exp_for
+from helpers import exp_for, run_tool_here
 
 from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.base import CorruptImageError
@@ -113,11 +111,8 @@ def test_synthetic_min_side_sets_the_smallest_shape():
 
 def test_make_dataset_cli_takes_the_smallest_side(tmp_path):
     out = tmp_path / "big_shapes"
-    proc = subprocess.run(
-        [sys.executable, "tools/make_dataset.py", "--out", str(out), "--num-train", "4", "--num-val", "1",
-         "--size", "96", "--min-side", "24"],
-        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    proc = run_tool_here("make_dataset", "--out", out, "--num-train", 4, "--num-val", 1, "--size", 96,
+                         "--min-side", 24)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     anns = json.loads((out / "annotations" / "instances_train2017.json").read_text())["annotations"]
     assert anns and all(max(a["bbox"][2:]) >= 0.75 * 24 - 1 for a in anns)

@@ -8,13 +8,12 @@ import importlib.util
 import io
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from helpers import run_tool_here
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -404,10 +403,9 @@ def test_eval_tool_writes_every_report_file(fmt, tiny_shapes_coco, tiny_shapes_v
     config = (tiny_shapes_coco if fmt == "coco" else tiny_shapes_voc)["config"]
     ckpt = tmp_path / "random.pth"
     _random_checkpoint(ckpt)
-    cmd = [sys.executable, str(REPO / "tools" / "eval.py"), "-f", EXP_FILE, "-c", str(ckpt), "-b", "4"]
-    cmd += ["--conf", "1e-6", "--report-conf", "0.3", "--cm-iou", "0.5"]
-    cmd += ["dataset", config, "test_size", "(64,64)", "data_num_workers", "0", "output_dir", str(tmp_path)]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    args = ["-f", EXP_FILE, "-c", str(ckpt), "-b", "4", "--conf", "1e-6", "--report-conf", "0.3"]
+    args += ["--cm-iou", "0.5", "dataset", config, "test_size", "(64,64)", "data_num_workers", "0"]
+    done = run_tool_here("eval", *args, "output_dir", str(tmp_path))  # as typed, in this process
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     report_dir = tmp_path / "shapes_nano" / "eval"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_tool_process
+from helpers import run_tool_here, run_tool_process
 
 from yolox_fast.core.cli import run_tool
 from yolox_fast.core.export import (
@@ -256,9 +256,8 @@ def test_missing_runtime_names_the_extra(monkeypatch, random_onnx, capsys):
     assert 'pip install "yolox_fast[onnx]"' in _error_line("eval", ["-c", random_onnx], capsys)
 
 
-def _eval(*args: str, cwd: Path) -> tuple[str, str]:
-    """`python tools/eval.py args...` in a fresh process, as a user types it; its (AP50:95, AP50) line."""
-    out = run_tool_process("eval", *args, cwd=cwd)
+def _printed_ap(out: str) -> tuple[str, str]:
+    """The (AP50:95, AP50) line eval printed, as printed (4 decimals)."""
     found = AP_LINE.findall(out)
     assert found, out[-3000:]
     return found[-1]
@@ -294,10 +293,16 @@ def test_exported_files_score_the_checkpoints_ap_and_the_demo_draws_with_onnx(ti
     # -b 3 on the static batch-2 graph: chunks of 2, the last one padded
     flags = ["-b", "3", "--conf", "0.001"]
     ckpt_flags = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, "--tsize", "96", *flags, *data, *tiny]
-    reference = _eval(*ckpt_flags, cwd=tmp_path)
+    # the checkpoint's AP from `python tools/eval.py` as a user types it
+    reference = _printed_ap(run_tool_process("eval", *ckpt_flags, cwd=tmp_path))
     assert float(reference[1]) > 0, reference  # a model that finds something: the comparison means something
     for suffix in files:  # no -f: data, size, classes and thresholds come from the file
-        scored = _eval("-c", str(tmp_path / f"model.{suffix}"), *flags, "data_num_workers", "0", cwd=tmp_path)
+        # as typed too, in this process: six more interpreter starts would only add their imports
+        done = run_tool_here(
+            "eval", "-c", tmp_path / f"model.{suffix}", *flags, "data_num_workers", 0, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        scored = _printed_ap(done.stderr)
         if "fp16" in suffix or "int8" in suffix:
             # reduced precision: at most 0.02 AP50:95 and 0.05 AP50 from fp32 on this model
             drops = [float(ref) - float(got) for ref, got in zip(reference, scored)]
@@ -349,5 +354,7 @@ def test_demo_with_an_exported_file_draws_the_checkpoints_boxes(tiny_shapes_coco
             assert same, (name, mine)
             theirs = min(same, key=lambda t: sum(abs(a - b) for a, b in zip(mine["bbox"], t["bbox"])))
             unmatched.remove(theirs)
-            # the JSON rounds to 0.01 px: two rounding steps apart at most
-            assert all(abs(a - b) <= 0.02 for a, b in zip(mine["bbox"], theirs["bbox"])), (mine, theirs)
+            # the JSON rounds to 0.01 px: two rounding steps apart at most (+1e-6: 143.96 - 143.94 is above
+            # 0.02 in binary floating point)
+            close = [abs(a - b) <= 0.02 + 1e-6 for a, b in zip(mine["bbox"], theirs["bbox"])]
+            assert all(close), (mine, theirs)

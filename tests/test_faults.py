@@ -1,5 +1,8 @@
 """Faults a hostile but realistic user meets, each probed with the tools as typed: what the user sees, and
-that nothing is lost (the "What happens when..." list of docs/training.md, row by row)."""
+that nothing is lost (the "What happens when..." list of docs/training.md, row by row). The tools run as the
+interpreter runs them, in this process (helpers.run_tool_here: exit code and stderr as a fresh process's);
+a kill -9 and the headline command without COCO (its environment, its traceback) take a process of their
+own."""
 
 import json
 import os
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ToolRun, run_tool_here
 
 from yolox_fast.utils.checkpoint import load_checkpoint
 
@@ -39,23 +43,13 @@ def opts(desc: str, out: Path, **overrides) -> list:
     ]
 
 
-def tool(name: str, *args, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "tools" / f"{name}.py"), *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def train(desc: str, out: Path, *flags, **overrides) -> subprocess.CompletedProcess:
-    return tool(
+def train(desc: str, out: Path, *flags, **overrides) -> ToolRun:
+    return run_tool_here(
         "train", "-f", EXP, "-expn", "run", "-b", "2", "-l", "none", *flags, *opts(desc, out, **overrides)
     )
 
 
-def last_line(done: subprocess.CompletedProcess) -> str:
+def last_line(done: ToolRun) -> str:
     return (done.stderr.strip().splitlines() or [""])[-1]
 
 
@@ -202,7 +196,7 @@ def test_damaged_and_unsafe_checkpoints_are_refused_on_every_path(coco_copy, tmp
         if kind == "unsafe":  # every path loads through the one loader the truncated file proves them on
             calls = {where: calls[where] for where in ("train --resume", "demo -c")}
         for where, (name, *args) in calls.items():
-            done = tool(name, *args)
+            done = run_tool_here(name, *args)
             named = str(latest if "--resume" in args else path)
             assert done.returncode != 0, f"{kind} checkpoint accepted by {where}"
             assert said in last_line(done) and named in last_line(done), (
@@ -245,9 +239,7 @@ def test_kill_9_then_resume_continues_from_the_last_epoch(coco_copy, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     saved = load_checkpoint(latest)
     assert saved["start_epoch"] >= 1
-    done = subprocess.run(
-        cmd[:2] + ["--resume"] + cmd[2:], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
+    done = run_tool_here("train", "--resume", *cmd[2:])
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"resumed from {latest}: epoch {saved['start_epoch'] + 1}" in done.stderr
     assert load_checkpoint(latest)["start_epoch"] == 2
@@ -278,7 +270,7 @@ def test_divergence_never_writes_non_finite_weights_and_names_the_good_ones(coco
 def test_demo_on_a_file_that_is_not_a_video_says_so(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
-    done = tool(
+    done = run_tool_here(
         "demo", "video", "-n", "yolox-nano", "--path", notes, "test_size", "(64,64)", "output_dir", tmp_path
     )
     assert done.returncode != 0 and "notes.txt exists but is not a video OpenCV can read" in last_line(done)

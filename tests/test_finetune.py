@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_tool_process
+from helpers import run_tool_here
 from torch import nn
 
 from yolox_fast.exp import Exp
@@ -150,7 +150,11 @@ def test_freeze_keeps_the_part_and_its_batchnorm_fixed(part, frozen):
 
 
 def _train(*args: str, cwd: Path) -> str:
-    return run_tool_process("train", *args, cwd=cwd)
+    """`python tools/train.py args...` as typed, in this process (helpers.run_tool_here); asserts exit 0."""
+    done = run_tool_here("train", *args, cwd=cwd)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    return out
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 import torch
-from helpers import run_tool_process
+from helpers import run_tool_here
 from loguru import logger
 from test_simota import RULES, random_case
 from test_trainer import EXP_FILE, logged_iterations, tiny_opts, train_args
@@ -118,7 +118,8 @@ def test_cli_trains_in_fp16_with_loss_scaling_and_the_scale_grows(tiny_shapes_co
         scaler_growth_interval=10,
     )
     args = ["-f", EXP_FILE, "-expn", "run", "-b", "2", "--logger", "none", "--fp16", *opts]
-    run_tool_process("train", *args, cwd=tmp_path, timeout=600)
+    done = run_tool_here("train", *args, cwd=tmp_path)  # as typed, in this process
+    assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "run"
     log = (run / "train_log.txt").read_text()
     assert "float16 + loss scaling (scale 1, doubled after 10 steps without overflow)" in log

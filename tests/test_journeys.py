@@ -1,6 +1,7 @@
 """A user's journey with their own data, as they type it: train one short epoch, evaluate, run the demo
-and export the trained checkpoint, each tool a fresh process, for COCO data through a description
-file, COCO data the YOLOX way (`data_dir` on the built-in description) and VOC data."""
+and export the trained checkpoint, for COCO data through a description file (each tool a fresh process),
+COCO data the YOLOX way (`data_dir` on the built-in description) and VOC data (the same command lines run
+as the interpreter runs them, in this process: the tools' processes are the first journey's)."""
 
 import json
 import shutil
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_tool_here
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
@@ -51,6 +53,14 @@ def run_tool(tool: str, *args: str, cwd: Path) -> str:
     return out
 
 
+def run_tool_in_process(tool: str, *args: str, cwd: Path) -> str:
+    """run_tool's output and check through helpers.run_tool_here: no interpreter start and imports (~3 s)."""
+    done = run_tool_here(tool, *args, cwd=cwd)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, f"tools/{tool}.py {' '.join(args)} failed:\n{out[-4000:]}"
+    return out
+
+
 def users_coco_set(src: str, dst: Path) -> Path:
     """A copy of a generated COCO set carrying the user's categories (USER_CATEGORIES)."""
     shutil.copytree(src, dst)
@@ -65,19 +75,22 @@ def users_coco_set(src: str, dst: Path) -> Path:
     return dst
 
 
-def journey(exp_args: list, output: Path, exp_name: str, class_names, cwd: Path, images: Path) -> None:
-    """train -> eval -> demo -> export on the exp `exp_args` (flags and KEY VALUE overrides)."""
-    train_out = run_tool("train", *exp_args[:2], "-b", "2", "-l", "none", *exp_args[2:], cwd=cwd)
+def journey(
+    exp_args: list, output: Path, exp_name: str, class_names, cwd: Path, images: Path, run=run_tool_in_process
+) -> None:
+    """train -> eval -> demo -> export on the exp `exp_args` (flags and KEY VALUE overrides), each tool
+    through `run` (run_tool: a fresh process each)."""
+    train_out = run("train", *exp_args[:2], "-b", "2", "-l", "none", *exp_args[2:], cwd=cwd)
     run_dir = output / exp_name
     ckpt = run_dir / "best_ckpt.pth"
     assert ckpt.is_file() and (run_dir / "latest_ckpt.pth").is_file(), train_out[-2000:]
     assert "classes" in train_out and class_names[0] in train_out  # the run summary names the data's classes
 
-    eval_out = run_tool("eval", *exp_args, "-b", "4", cwd=cwd)  # -c defaults to best_ckpt.pth
+    eval_out = run("eval", *exp_args, "-b", "4", cwd=cwd)  # -c defaults to best_ckpt.pth
     for name in class_names:  # the per-class table, with the data's own names
         assert f"| {name} " in eval_out, f"class {name!r} missing from the eval output:\n{eval_out[-3000:]}"
 
-    demo_out = run_tool("demo", "image", *exp_args, "--path", str(images), "--save-json", "-b", "4", cwd=cwd)
+    demo_out = run("demo", "image", *exp_args, "--path", str(images), "--save-json", "-b", "4", cwd=cwd)
     saved = sorted((run_dir / "vis_res").glob("*/detections.json"))
     assert saved, demo_out[-2000:]
     detections = json.loads(saved[-1].read_text())
@@ -85,7 +98,7 @@ def journey(exp_args: list, output: Path, exp_name: str, class_names, cwd: Path,
     assert all(d["class_name"] in class_names for dets in detections.values() for d in dets)
 
     onnx = output / "model.onnx"
-    export_out = run_tool(
+    export_out = run(
         "export_onnx", *exp_args[:2], "-c", str(ckpt), "--output-name", str(onnx), *exp_args[2:], cwd=cwd
     )
     assert onnx.is_file() and "max abs diff" in export_out
@@ -108,7 +121,7 @@ def test_coco_data_through_a_description_file(tiny_shapes_coco, tmp_path):
     )
     out = tmp_path / "out"
     args = ["-f", SHAPES_EXP, "dataset", str(desc), "output_dir", str(out), *TINY]
-    journey(args, out, "shapes_nano", list(USER_CATEGORIES.values()), tmp_path, root / "val2017")
+    journey(args, out, "shapes_nano", list(USER_CATEGORIES.values()), tmp_path, root / "val2017", run_tool)
 
 
 @pytest.mark.slow

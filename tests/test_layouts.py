@@ -1,7 +1,9 @@
 """The folder layouts users bring, read as they are: a VOC folder of any name, LabelImg / CVAT XML output with
 no split lists (split by CSV, list or val_ratio), Roboflow's COCO and Pascal VOC exports; each by a
 description and by pointing `dataset` at the folder, with the bad input of these layouts named; and each
-walked from fresh processes (check, train, eval, demo) as a user types it."""
+walked through the tools (check, train, eval, demo) as a user types them: the LabelImg folder from fresh
+processes, the others run as the interpreter runs them, in this process (the same code, without three
+seconds of interpreter start per tool)."""
 
 import csv
 import json
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import exp_for
+from helpers import exp_for, run_tool_here
 
 from yolox_fast.data.build import build_eval_dataset, build_train_dataset, dataset_config
 from yolox_fast.data.config import load_dataset_config
@@ -257,6 +259,13 @@ def test_a_val_ratio_beside_split_lists_is_refused(tmp_path):
 
 # ------------------------------------------------------------------------------------------ journeys
 def _run(tool: str, *args: str, cwd: Path) -> str:
+    done = run_tool_here(tool, *args, cwd=cwd)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, f"tools/{tool}.py {' '.join(args)} failed:\n{out[-4000:]}"
+    return out
+
+
+def _run_process(tool: str, *args: str, cwd: Path) -> str:
     done = subprocess.run(
         [sys.executable, str(REPO / "tools" / f"{tool}.py"), *args], cwd=cwd, capture_output=True, text=True,
         timeout=300,
@@ -270,18 +279,20 @@ TINY = ["input_size", "(64,64)", "test_size", "(64,64)", "random_size", "(2,2)",
         "max_epoch", "1", "no_aug_epochs", "0", "warmup_epochs", "0", "seed", "0"]  # fmt: skip
 
 
-def _journey(dataset: str, out: Path, images: Path, cwd: Path, exp: str = SHAPES_EXP, *flags: str) -> str:
-    """check -> train one short epoch (`flags`: e.g. -c weights) -> eval -> demo, each a fresh process, on
-    `dataset` as typed."""
-    check = _run("check_dataset", "--dataset", dataset, "--output", str(out / "check"), cwd=cwd)
+def _journey(
+    dataset: str, out: Path, images: Path, cwd: Path, exp: str = SHAPES_EXP, *flags: str, run=_run
+) -> str:
+    """check -> train one short epoch (`flags`: e.g. -c weights) -> eval -> demo on `dataset` as typed, each
+    tool through `run` (`_run_process`: a fresh process each)."""
+    check = run("check_dataset", "--dataset", dataset, "--output", str(out / "check"), cwd=cwd)
     assert "0 errors" in check, check[-3000:]
     name = Path(exp).stem
     args = ["-f", exp, "dataset", dataset, "output_dir", str(out), *TINY]
-    train = _run("train", *args[:2], "-b", "2", "-l", "none", *flags, *args[2:], cwd=cwd)
+    train = run("train", *args[:2], "-b", "2", "-l", "none", *flags, *args[2:], cwd=cwd)
     assert (out / name / "best_ckpt.pth").is_file(), train[-3000:]
-    evaluated = _run("eval", *args, "-b", "4", cwd=cwd)
+    evaluated = run("eval", *args, "-b", "4", cwd=cwd)
     assert "Average Precision" in evaluated and "| circle" in evaluated, evaluated[-3000:]
-    _run("demo", "image", *args, "--path", str(images), "--save-json", "-b", "4", cwd=cwd)
+    run("demo", "image", *args, "--path", str(images), "--save-json", "-b", "4", cwd=cwd)
     saved = sorted((out / name / "vis_res").glob("*/detections.json"))
     assert saved and len(json.loads(saved[-1].read_text())) == len(list(images.glob("*.jpg")))
     return train
@@ -296,7 +307,8 @@ def test_journey_labelimg_folder_as_it_is_fine_tuned_by_the_example_exp(tiny_sha
     root = labelimg_folder(tiny_shapes_voc, tmp_path / "my labelled photos")
     weights = tmp_path / "yolox_nano.pth"
     save_folded_coco_nano(weights)
-    train = _journey(str(root), tmp_path / "out", root / "images", tmp_path, FINETUNE_EXP, "-c", str(weights))
+    out, images = tmp_path / "out", root / "images"
+    train = _journey(str(root), out, images, tmp_path, FINETUNE_EXP, "-c", str(weights), run=_run_process)
     assert "read as LabelImg" in train and "split by val_ratio 0.2" in train
     assert "re-estimated them on" in train and "6: circle" in train
 

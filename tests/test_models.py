@@ -283,3 +283,23 @@ def test_unknown_activation_names_the_choices():
     assert isinstance(get_activation("lrelu"), nn.LeakyReLU)
     with pytest.raises(ValueError, match="silu"):
         get_activation("gelu")
+
+
+def test_silu_is_out_of_place_under_autograd_and_in_place_without():
+    act = get_activation("silu")
+    leaf = torch.randn(2, 4, 5, 5, requires_grad=True)
+    twin = leaf.detach().clone().requires_grad_()
+    x = leaf * 1.0  # a non-leaf input, as a BatchNorm output is
+    y = act(x)
+    # out of place: autograd keeps x itself for the backward instead of a copy of it
+    assert y.data_ptr() != x.data_ptr() and torch.equal(x, leaf)
+    expected = nn.SiLU()(twin * 1.0)
+    assert torch.equal(y, expected)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    expected.backward(grad)
+    assert torch.equal(leaf.grad, twin.grad)
+    with torch.no_grad():
+        x = torch.randn(2, 4, 5, 5)
+        out = act(x)
+    assert out.data_ptr() == x.data_ptr()  # in place where nothing is recorded: no allocation

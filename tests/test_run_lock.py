@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import run_tool_here
 from test_trainer import REPO, tiny_opts, train_args, train_cmd
 
 from yolox_fast.core import trainer as trainer_mod
@@ -177,14 +178,7 @@ def test_stale_lock_is_taken_over_and_a_normal_run_removes_it(tiny_shapes_coco, 
     pid = dead_pid()
     write_lock(tmp_path / "run", pid=pid, host=socket.gethostname(), started="earlier", command="crashed run")
     opts = tiny_opts(tiny_shapes_coco["config"], tmp_path, max_epoch=1, no_aug_epochs=0)
-    done = subprocess.run(
-        train_cmd(opts),
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    done = run_tool_here("train", *train_cmd(opts)[2:])  # as typed, in this process
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"taking over the stale lock {tmp_path / 'run' / LOCK_NAME} left by PID {pid}" in done.stderr
     assert not (tmp_path / "run" / LOCK_NAME).exists()

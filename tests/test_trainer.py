@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_tool_here
 
 from yolox_fast.core.trainer import Trainer, run_training
 from yolox_fast.exp import get_exp
@@ -175,9 +176,8 @@ def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coc
     per_epoch = iters_per_epoch(log)
     assert ckpt["start_epoch"] == 1 and 0 < ckpt["iter"] < per_epoch  # saved mid-epoch 2 (0-based 1)
 
-    resumed = subprocess.run(
-        cmd[:2] + ["--resume"] + cmd[2:], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
-    )
+    # the resume and the uninterrupted reference as typed, in this process: the signal needed the process
+    resumed = run_tool_here("train", "--resume", *cmd[2:])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     steps = logged_iterations(log)
     positions = [(e, i) for e, i, _, _ in steps]
@@ -203,7 +203,7 @@ def test_sigterm_mid_epoch_then_resume_loses_and_repeats_nothing(tiny_shapes_coc
     # and so does the loss curve: weights, optimizer state and batch stream are those of a run
     # that was never interrupted
     reference = cmd[: cmd.index("-expn") + 1] + ["straight"] + cmd[cmd.index("-expn") + 2 :]
-    assert subprocess.run(reference, cwd=REPO, capture_output=True, timeout=300, check=False).returncode == 0
+    assert run_tool_here("train", *reference[2:]).returncode == 0
     straight = {(e, i): loss for e, i, loss, _ in logged_iterations(tmp_path / "straight" / "train_log.txt")}
     for e, i, loss, _ in steps:
         assert loss == pytest.approx(straight[(e, i)], abs=2e-3), (e, i)

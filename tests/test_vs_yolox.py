@@ -407,7 +407,8 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
     # one torch thread: tiny tensors, and a 2-core machine busy elsewhere makes two threads wait on each other
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "vs-yolox", "--batches", "2", "--size", "64",
            "--repeats", "1", "--warmup", "1", "--data-repeats", "1", "--samples", "3", "--images", "16",
-           "--epochs", "2", "--e2e-batch", "4", "--e2e-repeats", "1", "--workers", "0", "--threads", "1",
+           "--epochs", "2", "--e2e-batch", "4", "--e2e-repeats", "1", "--e2e-compile-repeats", "1",
+           "--compile-backend", "eager", "--workers", "0", "--threads", "1",
            "--inference-images", "8", "--inference-size", "64", "--inference-batch", "4",
            "--inference-repeats", "1", "--inference-weights", str(weights),
            "--out", str(tmp_path)]  # fmt: skip
@@ -418,6 +419,11 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
         assert heading in proc.stdout
     for side in ("| official", "| ours", "ours, trainer"):
         assert side in proc.stdout
+    # the compiled run's row: its rate, range and ratio, and the compile seconds its log gave
+    compiled = re.search(
+        r"\| ours, --compile \(eager; epoch 1 untimed: \d+ s compiling\)\s*\|\s*([0-9.]+)\s*\|", proc.stdout
+    )
+    assert compiled and float(compiled[1]) > 0, proc.stdout[-3000:]
     rows = inference_rows(proc.stdout)
     assert sorted(rows) == [("demo", "official", "1"), ("demo", "ours", "1"), ("demo", "ours", "4"),
                             ("evaluation", "official", "4"), ("evaluation", "ours", "4"),

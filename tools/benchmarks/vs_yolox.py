@@ -21,7 +21,9 @@ alike; the median of the repeats is reported, and their range):
   cache, OpenCV on one thread as in a loader worker.
 - end-to-end: images per second of short training runs on the same generated data (the same recipe,
   loader workers and threads): official's pieces in a plain loop (its trainer is CUDA-only) against
-  `tools/train.py`; the first epoch (worker start-up, first allocations) is left out.
+  `tools/train.py`; the first epoch (worker start-up, first allocations) is left out. With
+  --e2e-compile-repeats N, N more runs of `tools/train.py --compile` (inductor): their first epoch, also
+  left out, is where the graphs are compiled; the row's name says how long that took.
 - inference: images per second, fp32, the same weights on both sides (official's yolox-nano, or
   --inference-weights loaded into it, its state_dict shared), on the same generated validation images
   (--inference-images, at nano's test size unless --inference-size), after one untimed round.
@@ -63,6 +65,7 @@ from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
+COMPILE_LINE = re.compile(r"torch\.compile so far: \d+ graphs? compiled in ([0-9.]+) s")
 SECTIONS = ("iteration", "data", "end-to-end", "inference")
 
 
@@ -278,19 +281,29 @@ def end_to_end_official(args, root: Path, epochs: int, batch: int) -> float:
     return (epochs - 1) * info["iters_per_epoch"] * batch / seconds
 
 
-def end_to_end_ours(args, dataset_json: Path, out: Path, epochs: int, batch: int) -> float:
+def end_to_end_ours(
+    args, dataset_json: Path, out: Path, epochs: int, batch: int, compile_log: list | None = None
+) -> float:
+    """img/s of `tools/train.py` after its first epoch. With `compile_log` (a list), the run is
+    `--compile` and the seconds it spent compiling (as its log says after epoch 1) are appended there."""
     from benchmarks.fidelity import recipe
 
     fields = {**recipe(_recipe_args(args, epochs), 0), "dataset": str(dataset_json), "output_dir": str(out)}
     overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
+    compile_flag = [] if compile_log is None else ["--compile", "compile_backend", args.compile_backend]
     cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-n", "yolox-nano", "-b", str(batch), "-expn",
-           "vs_yolox_e2e", "-l", "none", *overrides, "print_interval", "1", "eval_interval", "1000000",
-           "save_history_ckpt", "false"]  # fmt: skip
+           "vs_yolox_e2e", "-l", "none", *compile_flag, *overrides, "print_interval", "1",
+           "eval_interval", "1000000", "save_history_ckpt", "false"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"tools/train.py failed:\n{done.stderr[-3000:]}")
     steps = [(int(m[1]), float(m[2])) for m in STEP_LINE.finditer(done.stderr)]
     later = [t for epoch, t in steps if epoch > 1]
+    if compile_log is not None:
+        compiled = COMPILE_LINE.search(done.stderr)
+        if compiled is None:
+            raise RuntimeError("tools/train.py --compile logged no compile statistics")
+        compile_log.append(float(compiled[1]))
     return len(later) * batch / sum(later)
 
 
@@ -305,11 +318,20 @@ def _recipe_args(args, epochs: int) -> argparse.Namespace:
 
 def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[list]:
     torch.set_num_threads(args.threads)
+    compile_seconds: list[float] = []
     sides = {
         "official": lambda: end_to_end_official(args, root, args.epochs, args.e2e_batch),
         "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch),
     }
     repeats = alternate(sides, args.e2e_repeats)
+    if args.e2e_compile_repeats:
+        compiled = [
+            end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch, compile_seconds)
+            for _ in range(args.e2e_compile_repeats)
+        ]
+        seconds = statistics.median(compile_seconds)
+        name = f"ours, --compile ({args.compile_backend}; epoch 1 untimed: {seconds:.0f} s compiling)"
+        repeats[name] = compiled
     rates = {k: statistics.median(v) for k, v in repeats.items()}
     return [[name, f"{r:.2f}", value_range(repeats[name], 2), f"{r / rates['official']:.2f}x"]
             for name, r in rates.items()]  # fmt: skip
@@ -506,6 +528,8 @@ def main(argv) -> None:
     p.add_argument("--epochs", type=int, default=3, help="end-to-end: epochs per run (the first is left out)")
     p.add_argument("--e2e-batch", type=int, default=16)
     p.add_argument("--e2e-repeats", type=int, default=2, help="end-to-end: runs per side")
+    p.add_argument("--e2e-compile-repeats", type=int, default=0, help="end-to-end: runs of ours --compile")
+    p.add_argument("--compile-backend", default="inductor", help="end-to-end: backend of the --compile runs")
     p.add_argument("--workers", type=int, default=2, help="end-to-end, evaluation: loader workers per side")
     p.add_argument("--inference-images", type=int, default=64, help="inference: generated validation images")
     p.add_argument("--inference-size", type=int, default=None, help="inference: test size (default nano's)")

@@ -10,16 +10,33 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 ACTIVATIONS = ("silu", "relu", "lrelu")
 
 
+class SiLU(nn.SiLU):
+    """nn.SiLU that, with `inplace`, works in place only where autograd will not need its input.
+
+    SiLU's backward reads its input x. Run in place while autograd records, torch first saves a copy of x:
+    one more full pass over every activation, about 5% of a CPU training step. Out of place, the x it
+    keeps is the BatchNorm output that already exists, for the same memory. Where nothing is recorded
+    (eval, export, no_grad), in place saves allocating the output.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        recorded = torch.is_grad_enabled() and x.requires_grad
+        return F.silu(x, inplace=self.inplace and not recorded)
+
+
 def get_activation(name: str = "silu", inplace: bool = True) -> nn.Module:
-    """The activation module called `name`: "silu", "relu" or "lrelu" (LeakyReLU, slope 0.1, as YOLOX)."""
+    """The activation module called `name`: "silu", "relu" or "lrelu" (LeakyReLU, slope 0.1, as YOLOX).
+
+    ReLU and LeakyReLU backward read their output, so in place costs them nothing under autograd."""
     if name == "silu":
-        return nn.SiLU(inplace=inplace)
+        return SiLU(inplace=inplace)
     if name == "relu":
         return nn.ReLU(inplace=inplace)
     if name == "lrelu":
