@@ -3,6 +3,9 @@ multi-scale sizes, compile time reported apart; the training command with --comp
 inference (inductor, the default backend) equal to eager."""
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +16,11 @@ from test_trainer import EXP_FILE, tiny_opts
 
 from yolox_fast.exp import Exp
 from yolox_fast.inference import Predictor
+from yolox_fast.models import YOLOXHead
 from yolox_fast.utils.checkpoint import load_checkpoint
 from yolox_fast.utils.compile import compile_module, compile_stats, run_batch_sizes
 
+REPO = Path(__file__).resolve().parents[1]
 STATS_LINE = re.compile(r"torch\.compile so far: (\d+) graphs compiled in ([\d.]+) s, (\d+) eager fallbacks")
 
 
@@ -47,6 +52,22 @@ def test_compile_keeps_the_state_dict_and_rejects_unknown_settings():
     exp = Exp()
     with pytest.raises(ValueError, match="compile_mode"):
         exp.merge(["compile_mode", "fastest"])
+
+
+def test_the_loss_is_kept_eager_only_once_something_compiles():
+    """Importing the model and the tools does not import torch._dynamo (most of a second per tool start);
+    compile_module excludes the head's loss from compilation, once per class."""
+    code = (
+        "import sys; sys.path.insert(0, 'tools'); import yolox_fast.models, yolox_fast.core.trainer; "
+        "import train, eval, demo; print('torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split()[-1] == "False", done.stdout + done.stderr[-2000:]
+    compile_module(tiny_model(), backend="eager")
+    losses = YOLOXHead._losses
+    assert losses._yolox_fast_eager and losses._torchdynamo_disable
+    compile_module(tiny_model(), backend="eager")
+    assert YOLOXHead._losses is losses  # not wrapped twice
 
 
 def test_warm_up_batch_sizes_are_the_batch_and_a_smaller_last_one():

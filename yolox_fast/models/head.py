@@ -38,6 +38,11 @@ class YOLOXHead(nn.Module):
     adds the L1 loss on raw box offsets: on in the last, un-augmented epochs.
     """
 
+    # kept eager by `compile_module`: the assignment's shapes depend on the data (a graph per batch
+    # otherwise). Not a decorator: torch.compiler.disable imports torch._dynamo, most of a second of
+    # every tool's start, also where nothing is compiled
+    eager_under_compile = ("_losses",)
+
     def __init__(
         self,
         num_classes: int,
@@ -138,8 +143,6 @@ class YOLOXHead(nn.Module):
             [(raw_reg[..., :2] + grids) * strides, torch.exp(raw_reg[..., 2:4]) * strides], dim=-1
         )
 
-    # eager under torch.compile: the assignment's shapes depend on the data (a graph per batch otherwise)
-    @torch.compiler.disable
     def _losses(self, out: torch.Tensor, sizes: Sequence[tuple[int, int]], labels: torch.Tensor | None):
         if labels is None:
             raise ValueError("YOLOXHead in training mode needs labels (N, M, 5) [cls, cx, cy, w, h] px")
