@@ -5,12 +5,10 @@ as the interpreter runs them, in this process: the tools' processes are the firs
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_tool_here
+from helpers import run_tool_in_process, run_tool_process
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
@@ -39,28 +37,6 @@ TINY = [
 ]
 
 
-def run_tool(tool: str, *args: str, cwd: Path) -> str:
-    """`python tools/<tool>.py args...` in `cwd`; returns its output, fails the test on a non-zero exit."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / f"{tool}.py"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, f"tools/{tool}.py {' '.join(args)} failed:\n{out[-4000:]}"
-    return out
-
-
-def run_tool_in_process(tool: str, *args: str, cwd: Path) -> str:
-    """run_tool's output and check through helpers.run_tool_here: no interpreter start and imports (~3 s)."""
-    done = run_tool_here(tool, *args, cwd=cwd)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, f"tools/{tool}.py {' '.join(args)} failed:\n{out[-4000:]}"
-    return out
-
-
 def users_coco_set(src: str, dst: Path) -> Path:
     """A copy of a generated COCO set carrying the user's categories (USER_CATEGORIES)."""
     shutil.copytree(src, dst)
@@ -79,7 +55,7 @@ def journey(
     exp_args: list, output: Path, exp_name: str, class_names, cwd: Path, images: Path, run=run_tool_in_process
 ) -> None:
     """train -> eval -> demo -> export on the exp `exp_args` (flags and KEY VALUE overrides), each tool
-    through `run` (run_tool: a fresh process each)."""
+    through `run` (run_tool_process: a fresh process each)."""
     train_out = run("train", *exp_args[:2], "-b", "2", "-l", "none", *exp_args[2:], cwd=cwd)
     run_dir = output / exp_name
     ckpt = run_dir / "best_ckpt.pth"
@@ -121,7 +97,8 @@ def test_coco_data_through_a_description_file(tiny_shapes_coco, tmp_path):
     )
     out = tmp_path / "out"
     args = ["-f", SHAPES_EXP, "dataset", str(desc), "output_dir", str(out), *TINY]
-    journey(args, out, "shapes_nano", list(USER_CATEGORIES.values()), tmp_path, root / "val2017", run_tool)
+    names = list(USER_CATEGORIES.values())
+    journey(args, out, "shapes_nano", names, tmp_path, root / "val2017", run_tool_process)
 
 
 @pytest.mark.slow

@@ -8,13 +8,11 @@ seconds of interpreter start per tool)."""
 import csv
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import exp_for, run_tool_here
+from helpers import exp_for, run_tool_in_process, run_tool_process
 
 from yolox_fast.data.build import build_eval_dataset, build_train_dataset, dataset_config
 from yolox_fast.data.config import load_dataset_config
@@ -258,32 +256,21 @@ def test_a_val_ratio_beside_split_lists_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ journeys
-def _run(tool: str, *args: str, cwd: Path) -> str:
-    done = run_tool_here(tool, *args, cwd=cwd)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, f"tools/{tool}.py {' '.join(args)} failed:\n{out[-4000:]}"
-    return out
-
-
-def _run_process(tool: str, *args: str, cwd: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / f"{tool}.py"), *args], cwd=cwd, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, f"tools/{tool}.py {' '.join(args)} failed:\n{out[-4000:]}"
-    return out
-
-
 TINY = ["input_size", "(64,64)", "test_size", "(64,64)", "random_size", "(2,2)", "data_num_workers", "0",
         "max_epoch", "1", "no_aug_epochs", "0", "warmup_epochs", "0", "seed", "0"]  # fmt: skip
 
 
 def _journey(
-    dataset: str, out: Path, images: Path, cwd: Path, exp: str = SHAPES_EXP, *flags: str, run=_run
+    dataset: str,
+    out: Path,
+    images: Path,
+    cwd: Path,
+    exp: str = SHAPES_EXP,
+    *flags: str,
+    run=run_tool_in_process,
 ) -> str:
     """check -> train one short epoch (`flags`: e.g. -c weights) -> eval -> demo on `dataset` as typed, each
-    tool through `run` (`_run_process`: a fresh process each)."""
+    tool through `run` (`run_tool_process`: a fresh process each)."""
     check = run("check_dataset", "--dataset", dataset, "--output", str(out / "check"), cwd=cwd)
     assert "0 errors" in check, check[-3000:]
     name = Path(exp).stem
@@ -308,7 +295,7 @@ def test_journey_labelimg_folder_as_it_is_fine_tuned_by_the_example_exp(tiny_sha
     weights = tmp_path / "yolox_nano.pth"
     save_folded_coco_nano(weights)
     out, images = tmp_path / "out", root / "images"
-    train = _journey(str(root), out, images, tmp_path, FINETUNE_EXP, "-c", str(weights), run=_run_process)
+    train = _journey(str(root), out, images, tmp_path, FINETUNE_EXP, "-c", str(weights), run=run_tool_process)
     assert "read as LabelImg" in train and "split by val_ratio 0.2" in train
     assert "re-estimated them on" in train and "6: circle" in train
 

@@ -282,15 +282,15 @@ def end_to_end_official(args, root: Path, epochs: int, batch: int) -> float:
 
 
 def end_to_end_ours(
-    args, dataset_json: Path, out: Path, epochs: int, batch: int, compile_log: list | None = None
-) -> float:
-    """img/s of `tools/train.py` after its first epoch. With `compile_log` (a list), the run is
-    `--compile` and the seconds it spent compiling (as its log says after epoch 1) are appended there."""
+    args, dataset_json: Path, out: Path, epochs: int, batch: int, use_compile: bool = False
+) -> tuple[float, float | None]:
+    """(img/s of `tools/train.py` after its first epoch, with `use_compile` the seconds its `--compile` run
+    spent compiling as its log says after epoch 1, else None)."""
     from benchmarks.fidelity import recipe
 
     fields = {**recipe(_recipe_args(args, epochs), 0), "dataset": str(dataset_json), "output_dir": str(out)}
     overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
-    compile_flag = [] if compile_log is None else ["--compile", "compile_backend", args.compile_backend]
+    compile_flag = ["--compile", "compile_backend", args.compile_backend] if use_compile else []
     cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-n", "yolox-nano", "-b", str(batch), "-expn",
            "vs_yolox_e2e", "-l", "none", *compile_flag, *overrides, "print_interval", "1",
            "eval_interval", "1000000", "save_history_ckpt", "false"]  # fmt: skip
@@ -299,12 +299,13 @@ def end_to_end_ours(
         raise RuntimeError(f"tools/train.py failed:\n{done.stderr[-3000:]}")
     steps = [(int(m[1]), float(m[2])) for m in STEP_LINE.finditer(done.stderr)]
     later = [t for epoch, t in steps if epoch > 1]
-    if compile_log is not None:
+    compile_seconds = None
+    if use_compile:
         compiled = COMPILE_LINE.search(done.stderr)
         if compiled is None:
             raise RuntimeError("tools/train.py --compile logged no compile statistics")
-        compile_log.append(float(compiled[1]))
-    return len(later) * batch / sum(later)
+        compile_seconds = float(compiled[1])
+    return len(later) * batch / sum(later), compile_seconds
 
 
 def _recipe_args(args, epochs: int) -> argparse.Namespace:
@@ -318,20 +319,19 @@ def _recipe_args(args, epochs: int) -> argparse.Namespace:
 
 def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[list]:
     torch.set_num_threads(args.threads)
-    compile_seconds: list[float] = []
     sides = {
         "official": lambda: end_to_end_official(args, root, args.epochs, args.e2e_batch),
-        "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch),
+        "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch)[0],
     }
     repeats = alternate(sides, args.e2e_repeats)
     if args.e2e_compile_repeats:
-        compiled = [
-            end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch, compile_seconds)
+        runs = [
+            end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch, use_compile=True)
             for _ in range(args.e2e_compile_repeats)
         ]
-        seconds = statistics.median(compile_seconds)
+        seconds = statistics.median(s for _, s in runs)
         name = f"ours, --compile ({args.compile_backend}; epoch 1 untimed: {seconds:.0f} s compiling)"
-        repeats[name] = compiled
+        repeats[name] = [rate for rate, _ in runs]
     rates = {k: statistics.median(v) for k, v in repeats.items()}
     return [[name, f"{r:.2f}", value_range(repeats[name], 2), f"{r / rates['official']:.2f}x"]
             for name, r in rates.items()]  # fmt: skip
