@@ -1,6 +1,7 @@
 """Helpers shared by the test modules (tests/ is on sys.path when pytest runs them)."""
 
 import contextlib
+import importlib.util
 import io
 import os
 import runpy
@@ -15,6 +16,16 @@ from loguru import logger
 from yolox_fast.exp import Exp
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_tool(name: str):
+    """The script tools/<name>.py as a fresh module, loaded from its file (the tools are scripts, not part
+    of the package): `load_tool("demo")`, `load_tool("benchmarks/eval")`."""
+    module_name = f"{name.replace('/', '_')}_tool"
+    spec = importlib.util.spec_from_file_location(module_name, REPO / "tools" / f"{name}.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
 
 def run_tool_process(tool: str, *args: str, cwd: Path, timeout: int = 300) -> str:

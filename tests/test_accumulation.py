@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 from benchmarks.inputs import random_targets
-from helpers import run_tool_here
-from test_trainer import load_train_tool, tiny_opts, train_cmd
+from helpers import load_tool, run_tool_here
+from test_trainer import tiny_opts, train_cmd
 
 from yolox_fast.core.accumulation import accumulation_steps
 from yolox_fast.core.nonfinite import NonFiniteGuard
@@ -29,7 +29,7 @@ def test_accumulation_steps_follow_the_nominal_batch():
 def _step_trainer(tmp_path, accumulate: int, batches, dtype, scaler=None) -> Trainer:
     """A Trainer holding YOLOX-nano with its BatchNorm in eval mode (each image's loss then depends on that
     image alone), fed `batches` of (images, targets): only what `_accumulate_gradients` reads."""
-    args = load_train_tool().parse_args(["-n", "yolox-nano", "-l", "none", "output_dir", str(tmp_path)])
+    args = load_tool("train").parse_args(["-n", "yolox-nano", "-l", "none", "output_dir", str(tmp_path)])
     exp = get_exp(args.exp_file, args.name)
     trainer = Trainer(exp, args)
     torch.manual_seed(0)

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import run_tool_process
-from test_demo import demo_tool
+from helpers import load_tool, run_tool_process
 from test_trainer import EXP_FILE, tiny_opts
 
 from yolox_fast.exp import Exp
@@ -139,7 +138,7 @@ def test_cli_trains_with_compile_under_ddp_resumes_and_the_checkpoint_evaluates(
     )
     assert re.search(compiled, text)
 
-    demo_tool().main(["image", *common, "--compile", "--path", tiny_shapes_coco["root"]])
+    load_tool("demo").main(["image", *common, "--compile", "--path", tiny_shapes_coco["root"]])
     assert any(re.search(compiled, line) for line in log_lines)
     assert any("images/s" in line for line in log_lines)
 

@@ -2,14 +2,13 @@
 skipped and reported; results, JSON and checkpoints behave as the tools promise."""
 
 import copy
-import importlib.util
 import json
-from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 import torch
+from helpers import load_tool
 
 from yolox_fast.core.demo import run_on_images
 from yolox_fast.exp import get_exp
@@ -18,7 +17,6 @@ from yolox_fast.utils.checkpoint import save_checkpoint
 
 NUM_CLASSES = 3
 TEST_SIZE = (96, 128)
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _nano_exp(num_classes=NUM_CLASSES):
@@ -123,16 +121,8 @@ def test_checkpoint_class_names_and_mismatch_message(model, tmp_path):
     assert "num_classes" in str(err.value)
 
 
-def demo_tool():
-    """tools/demo.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("demo_tool", REPO / "tools" / "demo.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_lines):
-    demo_tool().main(
+    load_tool("demo").main(
         [
             "image",
             "-n",
@@ -162,7 +152,7 @@ def test_demo_tool_defaults_to_the_trained_best_checkpoint(image_dir, tmp_path, 
         {"model": exp.get_model().state_dict(), "class_names": ["a", "b", "c"]},
         tmp_path / "yolox_nano" / "best_ckpt.pth",
     )
-    demo_tool().main(
+    load_tool("demo").main(
         [
             "image",
             "-n",
@@ -274,7 +264,7 @@ def test_demo_tool_draws_one_box_per_object_unless_per_class_nms(model, image_di
     found = {}
     for name, flags in (("across", []), ("within", ["--per-class-nms"])):
         out = tmp_path / name
-        demo_tool().main(
+        load_tool("demo").main(
             ["image", "-n", "yolox-nano", "-c", str(tmp_path / "model.pth"), "--path", str(image_dir),
              "--tsize", "96", "--conf", "0.05", "--save-json", *flags,
              "num_classes", "3", "output_dir", str(out)]

@@ -4,7 +4,6 @@ and the metric that picks best_ckpt.pth."""
 
 import contextlib
 import csv
-import importlib.util
 import io
 import json
 import re
@@ -13,7 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from helpers import run_tool_in_process
+from helpers import load_tool, run_tool_in_process
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -32,10 +31,7 @@ needs_faster = pytest.mark.skipif(not faster_coco_eval_available(), reason="fast
 def synthetic_coco_case(**kwargs):
     """The generator of `python tools/benchmark.py eval` (crowd boxes, empty images, a class never
     detected), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("eval_benchmark", REPO / "tools" / "benchmarks" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.synthetic_coco_case(**kwargs)
+    return load_tool("benchmarks/eval").synthetic_coco_case(**kwargs)
 
 
 def det(x1, y1, x2, y2, score, cls):
@@ -430,9 +426,7 @@ def test_eval_tool_writes_every_report_file(fmt, tiny_shapes_coco, tiny_shapes_v
 
 
 def test_eval_tool_rejects_bad_report_thresholds():
-    spec = importlib.util.spec_from_file_location("eval_tool", REPO / "tools" / "eval.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("eval")
     args = tool.parse_with_overrides(tool.make_parser(), ["-f", EXP_FILE, "--cm-iou", "1.5"])
     with pytest.raises(ValueError, match="cm_iou"):
         tool.build_eval_exp(args)

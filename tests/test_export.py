@@ -3,7 +3,6 @@ run it, gives PyTorch's outputs (raw or decoded, static or dynamic batch; fp16 a
 eval and the demo take the exported file as -c with the checkpoint's AP; bad files and flags end the tools
 with one `error:` line."""
 
-import importlib.util
 import json
 import re
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_tool_here, run_tool_process
+from helpers import load_tool, run_tool_here, run_tool_process
 
 from yolox_fast.core.cli import run_tool
 from yolox_fast.core.export import (
@@ -33,13 +32,6 @@ pytest.importorskip("onnxruntime")
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
 AP_LINE = re.compile(r"AP50:95 (\d\.\d{4})  AP50 (\d\.\d{4})")
-
-
-def load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_tool", REPO / "tools" / f"{name}.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
 
 
 def _nano(num_classes=3, test_size=(64, 96), dataset="shapes"):

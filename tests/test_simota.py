@@ -1,14 +1,13 @@
 """Batched SimOTA: equal to the per-image reference, robust, exact under chunking and autocast."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from benchmarks.inputs import anchor_grid, make_inputs
+from helpers import load_tool
 from torchvision.ops import box_convert, box_iou
 
 from yolox_fast.models.simota import factorised_class_cost, negative_bce_sum_, simota_assign
@@ -326,18 +325,10 @@ def test_rejects_out_of_range_classes():
         simota_assign(**batch)
 
 
-def load_visualize_tool():
-    path = Path(__file__).resolve().parents[1] / "tools" / "visualize_assign.py"
-    spec = importlib.util.spec_from_file_location("visualize_assign_tool", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 def test_visualize_tool_assigns_in_train_mode_and_draws_in_gt_colours():
     from yolox_fast.models import YOLOPAFPN, YOLOX, YOLOXHead
 
-    tool = load_visualize_tool()
+    tool = load_tool("visualize_assign")
     torch.manual_seed(0)
     model = YOLOX(YOLOPAFPN(0.33, 0.25, depthwise=True), YOLOXHead(3, 0.25, depthwise=True))
     imgs = torch.rand(2, 3, 64, 64) * 255

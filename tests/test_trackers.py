@@ -14,7 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_trainer import EXP_FILE, REPO, load_train_tool, logged_iterations, tiny_opts
+from helpers import load_tool
+from test_trainer import EXP_FILE, REPO, logged_iterations, tiny_opts
 
 from yolox_fast.core import trackers
 from yolox_fast.core.results import COLUMNS, read_results
@@ -101,7 +102,7 @@ def test_wandb_and_mlflow_words_are_taken_out_of_the_exp_overrides():
     rest, options = trackers.split_options(opts)
     assert rest == ["max_epoch", "3"]
     assert options == {"wandb": {"project": "p", "num_eval_images": "4"}, "mlflow": {"run_name": "r"}}
-    args = load_train_tool().parse_args(["-f", EXP_FILE, "-l", "wandb,mlflow", *opts])
+    args = load_tool("train").parse_args(["-f", EXP_FILE, "-l", "wandb,mlflow", *opts])
     assert args.opts == ["max_epoch", "3"] and args.logger == ("wandb", "mlflow")
     assert args.tracker_options == options
 
@@ -281,7 +282,7 @@ def test_mlflow_wandb_and_tensorboard_at_once_then_extended_with_the_same_runs(t
     assert (run_dir / "results.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
 
     # resuming the finished run at its own length is refused: nothing is left to train
-    args = load_train_tool().parse_args(
+    args = load_tool("train").parse_args(
         ["-f", EXP_FILE, "-expn", "run", "-b", "4", "--resume", "-l", "none", *opts(3)]
     )
     exp = get_exp(args.exp_file)

@@ -1,7 +1,6 @@
 """Trainer end to end on a tiny synthetic set: it learns, evaluates, checkpoints, resumes exactly, and
 stops safely on signals, non-finite losses and broken checkpoints."""
 
-import importlib.util
 import os
 import re
 import signal
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_tool_here
+from helpers import load_tool, run_tool_here
 
 from yolox_fast.core.trainer import Trainer, run_training
 from yolox_fast.exp import get_exp
@@ -27,13 +26,6 @@ LOG_LINE = re.compile(
     r"epoch: (\d+)/(\d+), iter: (\d+)/(\d+), .*total_loss: ([\d.naninf]+),"
     r".*l1_loss: ([\d.naninf]+),.* lr: ([\d.e+-]+), size"
 )
-
-
-def load_train_tool():
-    spec = importlib.util.spec_from_file_location("train_tool", REPO / "tools" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @contextmanager
@@ -99,7 +91,7 @@ def tiny_opts(description: str, out: Path, **overrides) -> list:
 
 
 def train_args(description: str, out: Path, *flags, **overrides):
-    return load_train_tool().parse_args(
+    return load_tool("train").parse_args(
         ["-f", EXP_FILE, "-expn", "run", "-b", "4", *flags, *tiny_opts(description, out, **overrides)]
     )
 
