@@ -11,6 +11,7 @@ behaviour, so a change on either side shows up here.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -408,7 +409,7 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "vs-yolox", "--batches", "2", "--size", "64",
            "--repeats", "1", "--warmup", "1", "--data-repeats", "1", "--samples", "3", "--images", "16",
            "--epochs", "2", "--e2e-batch", "4", "--e2e-repeats", "1", "--e2e-compile-repeats", "1",
-           "--compile-backend", "eager", "--workers", "0", "--threads", "1",
+           "--e2e-bf16", "--compile-backend", "eager", "--workers", "0", "--threads", "1",
            "--inference-images", "8", "--inference-size", "64", "--inference-batch", "4",
            "--inference-repeats", "1", "--inference-weights", str(weights),
            "--out", str(tmp_path)]  # fmt: skip
@@ -424,6 +425,14 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
         r"\| ours, --compile \(eager; epoch 1 untimed: \d+ s compiling\)\s*\|\s*([0-9.]+)\s*\|", proc.stdout
     )
     assert compiled and float(compiled[1]) > 0, proc.stdout[-3000:]
+    # every end-to-end side, the bf16 one included: a rate, a ratio and its last epoch's finite loss
+    e2e = proc.stdout.split("\nend to end:")[1].split("\n\n")[0]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in e2e.splitlines()[3:]]
+    e2e_rows = {row[0]: row[1:] for row in cells}
+    assert set(e2e_rows) >= {"official", "ours", "ours, --bf16 (autocast; official has none on a CPU)"}, e2e
+    for side, (rate, _, ratio, loss) in e2e_rows.items():
+        assert float(rate) > 0 and ratio.endswith("x"), side
+        assert math.isfinite(float(loss)) and float(loss) > 0, side
     rows = inference_rows(proc.stdout)
     assert sorted(rows) == [("demo", "official", "1"), ("demo", "ours", "1"), ("demo", "ours", "4"),
                             ("evaluation", "official", "4"), ("evaluation", "ours", "4"),

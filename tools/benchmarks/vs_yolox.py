@@ -23,7 +23,10 @@ alike; the median of the repeats is reported, and their range):
   loader workers and threads): official's pieces in a plain loop (its trainer is CUDA-only) against
   `tools/train.py`; the first epoch (worker start-up, first allocations) is left out. With
   --e2e-compile-repeats N, N more runs of `tools/train.py --compile` (inductor): their first epoch, also
-  left out, is where the graphs are compiled; the row's name says how long that took.
+  left out, is where the graphs are compiled; the row's name says how long that took. With --e2e-bf16, a
+  third side, alternated with the two, runs `tools/train.py --bf16` (bf16 autocast; official has no
+  autocast on a CPU). Each row also has the mean total loss of the last epoch's steps (the median over the
+  repeats): a reduced-precision run trains like the fp32 one.
 - inference: images per second, fp32, the same weights on both sides (official's yolox-nano, or
   --inference-weights loaded into it, its state_dict shared), on the same generated validation images
   (--inference-images, at nano's test size unless --inference-size), after one untimed round.
@@ -64,9 +67,10 @@ from benchmarks.train import setting
 from benchmarks.yolox_official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
-STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
+STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s, .*?total_loss: ([0-9.]+)")
 COMPILE_LINE = re.compile(r"torch\.compile so far: \d+ graphs? compiled in ([0-9.]+) s")
 SECTIONS = ("iteration", "data", "end-to-end", "inference")
+BF16_SIDE = "ours, --bf16 (autocast; official has none on a CPU)"
 
 
 def _sync(device: torch.device) -> None:
@@ -270,7 +274,8 @@ def measure_data(args, root: Path) -> list[list]:
 
 
 # --------------------------------------------------------------------------- end to end
-def end_to_end_official(args, root: Path, epochs: int, batch: int) -> float:
+def end_to_end_official(args, root: Path, epochs: int, batch: int) -> tuple[float, float]:
+    """(img/s of official's loop after its first epoch, mean total loss of its last epoch's steps)."""
     from benchmarks.fidelity import recipe
     from benchmarks.yolox_official import official_nano_exp, train_official
 
@@ -278,34 +283,43 @@ def end_to_end_official(args, root: Path, epochs: int, batch: int) -> float:
               "train_ann": "instances_train2017.json", "val_ann": "instances_val2017.json"}  # fmt: skip
     epochs_done, info = train_official(official_nano_exp(fields), batch, 0)
     seconds = sum(e["train_seconds"] for e in epochs_done[1:])
-    return (epochs - 1) * info["iters_per_epoch"] * batch / seconds
+    return (epochs - 1) * info["iters_per_epoch"] * batch / seconds, epochs_done[-1]["loss"]
 
 
 def end_to_end_ours(
-    args, dataset_json: Path, out: Path, epochs: int, batch: int, use_compile: bool = False
-) -> tuple[float, float | None]:
-    """(img/s of `tools/train.py` after its first epoch, with `use_compile` the seconds its `--compile` run
-    spent compiling as its log says after epoch 1, else None)."""
+    args,
+    dataset_json: Path,
+    out: Path,
+    epochs: int,
+    batch: int,
+    use_compile: bool = False,
+    bf16: bool = False,
+) -> tuple[float, float, float | None]:
+    """(img/s of `tools/train.py` after its first epoch, mean total loss of its last epoch's steps, with
+    `use_compile` the seconds its `--compile` run spent compiling as its log says after epoch 1, else
+    None); `bf16`: the run with --bf16."""
     from benchmarks.fidelity import recipe
 
     fields = {**recipe(_recipe_args(args, epochs), 0), "dataset": str(dataset_json), "output_dir": str(out)}
     overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
-    compile_flag = ["--compile", "compile_backend", args.compile_backend] if use_compile else []
+    flags = ["--compile", "compile_backend", args.compile_backend] if use_compile else []
+    flags += ["--bf16"] if bf16 else []
     cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-n", "yolox-nano", "-b", str(batch), "-expn",
-           "vs_yolox_e2e", "-l", "none", *compile_flag, *overrides, "print_interval", "1",
+           "vs_yolox_e2e", "-l", "none", *flags, *overrides, "print_interval", "1",
            "eval_interval", "1000000", "save_history_ckpt", "false"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"tools/train.py failed:\n{done.stderr[-3000:]}")
-    steps = [(int(m[1]), float(m[2])) for m in STEP_LINE.finditer(done.stderr)]
-    later = [t for epoch, t in steps if epoch > 1]
+    steps = [(int(m[1]), float(m[2]), float(m[3])) for m in STEP_LINE.finditer(done.stderr)]
+    later = [t for epoch, t, _ in steps if epoch > 1]
+    last_losses = [loss for epoch, _, loss in steps if epoch == epochs]
     compile_seconds = None
     if use_compile:
         compiled = COMPILE_LINE.search(done.stderr)
         if compiled is None:
             raise RuntimeError("tools/train.py --compile logged no compile statistics")
         compile_seconds = float(compiled[1])
-    return len(later) * batch / sum(later), compile_seconds
+    return len(later) * batch / sum(later), sum(last_losses) / len(last_losses), compile_seconds
 
 
 def _recipe_args(args, epochs: int) -> argparse.Namespace:
@@ -321,19 +335,24 @@ def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[
     torch.set_num_threads(args.threads)
     sides = {
         "official": lambda: end_to_end_official(args, root, args.epochs, args.e2e_batch),
-        "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch)[0],
+        "ours": lambda: end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch)[:2],
     }
-    repeats = alternate(sides, args.e2e_repeats)
+    if args.e2e_bf16:
+        sides[BF16_SIDE] = lambda: end_to_end_ours(
+            args, dataset_json, out, args.epochs, args.e2e_batch, bf16=True
+        )[:2]
+    runs = alternate(sides, args.e2e_repeats)  # side -> [(img/s, last-epoch loss)]
     if args.e2e_compile_repeats:
-        runs = [
+        compiled = [
             end_to_end_ours(args, dataset_json, out, args.epochs, args.e2e_batch, use_compile=True)
             for _ in range(args.e2e_compile_repeats)
         ]
-        seconds = statistics.median(s for _, s in runs)
+        seconds = statistics.median(s for *_, s in compiled)
         name = f"ours, --compile ({args.compile_backend}; epoch 1 untimed: {seconds:.0f} s compiling)"
-        repeats[name] = [rate for rate, _ in runs]
-    rates = {k: statistics.median(v) for k, v in repeats.items()}
-    return [[name, f"{r:.2f}", value_range(repeats[name], 2), f"{r / rates['official']:.2f}x"]
+        runs[name] = [(rate, loss) for rate, loss, _ in compiled]
+    rates = {k: statistics.median(rate for rate, _ in v) for k, v in runs.items()}
+    return [[name, f"{r:.2f}", value_range([rate for rate, _ in runs[name]], 2),
+             f"{r / rates['official']:.2f}x", f"{statistics.median(loss for _, loss in runs[name]):.3f}"]
             for name, r in rates.items()]  # fmt: skip
 
 
@@ -529,6 +548,7 @@ def main(argv) -> None:
     p.add_argument("--e2e-batch", type=int, default=16)
     p.add_argument("--e2e-repeats", type=int, default=2, help="end-to-end: runs per side")
     p.add_argument("--e2e-compile-repeats", type=int, default=0, help="end-to-end: runs of ours --compile")
+    p.add_argument("--e2e-bf16", action="store_true", help="end-to-end: also runs of ours --bf16, alternated")
     p.add_argument("--compile-backend", default="inductor", help="end-to-end: backend of the --compile runs")
     p.add_argument("--workers", type=int, default=2, help="end-to-end, evaluation: loader workers per side")
     p.add_argument("--inference-images", type=int, default=64, help="inference: generated validation images")
@@ -576,7 +596,8 @@ def main(argv) -> None:
             f"workers, {args.threads} torch threads each, epochs 2-{args.epochs} timed; "
             f"median of {args.e2e_repeats}"
         )
-        print(tabulate(rows, headers=["side", "img/s", "range", "vs official"], tablefmt="github"))
+        print(tabulate(rows, headers=["side", "img/s", "range", "vs official", "last-epoch loss"],
+                       tablefmt="github"))  # fmt: skip
     if "inference" in args.only:
         rows, what = measure_inference(args, device, out)
         print(f"\ninference: {what}")
