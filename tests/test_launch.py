@@ -3,6 +3,8 @@ number of foreground anchors; every launcher (torchrun on one or two agents, RAN
 Kubeflow sets it, srun, YOLOX's --num_machines) trains, and continues after a restart; ranks that
 disagree on the world size stop with a message instead of hanging."""
 
+import atexit
+import gc
 import json
 import os
 import random
@@ -97,6 +99,33 @@ def test_two_cpu_processes_stay_in_sync_and_share_the_fg_normaliser(tmp_path):
         for key in ("iou_loss", "conf_loss", "cls_loss"):
             expected = float(alone[key]) * max(local_fg[rank], 1) / max(per_rank_fg, 1)
             assert ddp["losses"][key] == pytest.approx(expected, rel=1e-3), (rank, key)
+
+
+def _count_ddp_models(path: Path) -> None:
+    alive = sum(isinstance(o, torch.nn.parallel.DistributedDataParallel) for o in gc.get_objects())
+    path.write_text(str(alive))
+
+
+def cyclic_ddp_worker(out_dir: str) -> None:
+    """A DDP model left in a reference cycle (as a trainer's is, through its bound methods), then an exit
+    code; at exit the process records how many DDP models are still alive."""
+    gc.disable()  # only an explicit collection frees the cycle before the interpreter finalizes
+    atexit.register(_count_ddp_models, Path(out_dir) / f"rank{dist.get_rank()}.txt")
+    holder = {"model": torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))}
+    holder["self"] = holder
+    holder["model"](torch.randn(2, 4)).sum().backward()
+    del holder
+    raise SystemExit(3)
+
+
+@pytest.mark.slow
+def test_spawned_ranks_free_their_ddp_model_before_the_interpreter_finalizes(tmp_path):
+    """A process group freed in the interpreter's final collection aborts the rank (SIGABRT) instead of
+    letting it exit with its code (seen on a SIGTERM stop): the launcher collects it while all is alive."""
+    with pytest.raises(SystemExit) as exited:
+        launch(cyclic_ddp_worker, 2, backend="gloo", dist_url="auto", args=(str(tmp_path),))
+    assert exited.value.code == 3
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == ["0", "0"]
 
 
 def test_single_process_launch_calls_directly():

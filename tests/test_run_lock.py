@@ -2,6 +2,7 @@
 stale lock is taken over with a warning; the lock goes away after a normal run, an error and SIGTERM;
 under DDP only rank 0 holds it and a refusal stops every rank."""
 
+import gc
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from helpers import run_tool_here
 from test_trainer import REPO, tiny_opts, train_args, train_cmd
 
 from yolox_fast.core import trainer as trainer_mod
+from yolox_fast.core.stop_signal import TrainingStopped
 from yolox_fast.utils.run_lock import LOCK_NAME, RunLock, RunLockError
 
 HOLDER = """
@@ -152,6 +155,28 @@ def test_lock_is_released_when_training_raises(tiny_shapes_coco, tmp_path, monke
     monkeypatch.setattr(trainer_mod, "Trainer", Exploding)
     with pytest.raises(RuntimeError, match="boom"):
         trainer_mod.run_training(train_args(tiny_shapes_coco["config"], tmp_path))
+    assert not (tmp_path / "run" / LOCK_NAME).exists()
+
+
+def test_a_stopped_run_exits_with_its_code_and_lets_the_trainer_go(tiny_shapes_coco, tmp_path, monkeypatch):
+    """The exit after a stop carries no traceback that would keep the trainer (and its DDP model and
+    process group) alive until the interpreter finalizes."""
+    trainers = []
+
+    class Stopped:
+        def __init__(self, exp, args):
+            trainers.append(weakref.ref(self))
+
+        def train(self):
+            raise TrainingStopped(signal.SIGTERM, None)
+
+    monkeypatch.setattr(trainer_mod, "Trainer", Stopped)
+    with pytest.raises(SystemExit) as exited:
+        trainer_mod.run_training(train_args(tiny_shapes_coco["config"], tmp_path))
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert exited.value.__context__ is None
+    gc.collect()
+    assert trainers[0]() is None
     assert not (tmp_path / "run" / LOCK_NAME).exists()
 
 

@@ -18,6 +18,7 @@ distinct ranks (`agree_on_world`), so a misconfigured job stops with a message, 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -281,6 +282,11 @@ def _run_in_group(main_func, args, backend, init, rank, local_rank, world_size, 
         main_func(*args)
     finally:
         if dist.is_initialized():
+            # DDP's reducer holds the process group: a model left in a reference cycle would free it in
+            # the interpreter's final collection, where gloo's worker threads can no longer take the GIL
+            # and the process aborts (SIGABRT, "terminate called without an active exception") instead
+            # of exiting with its code; collected now, the group goes while everything is alive
+            gc.collect()
             dist.destroy_process_group()
 
 

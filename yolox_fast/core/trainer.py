@@ -527,11 +527,16 @@ def run_training(args) -> None:
     except RunLockError as err:
         logger.error(str(err))
         raise SystemExit(1) from None
+    exit_code = None
     try:
         Trainer(exp, args).train()
     except TrainingStopped as stop:
         where = f"checkpoint {stop.path}" if stop.path else "the checkpoint on rank 0"
         logger.warning(f"{stop}: {where} holds the current iteration; continue with --resume")
-        raise SystemExit(128 + stop.signum) from None
+        exit_code = 128 + stop.signum
     finally:
         lock.release()
+    if exit_code is not None:
+        # raised here, not in the except clause: there the exit would carry the stop's traceback as its
+        # context, and with it the trainer and its DDP model, alive until the interpreter finalizes
+        raise SystemExit(exit_code)
