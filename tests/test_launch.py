@@ -107,7 +107,7 @@ def _count_ddp_models(path: Path) -> None:
 
 
 def cyclic_ddp_worker(out_dir: str) -> None:
-    """A DDP model left in a reference cycle (as a trainer's is, through its bound methods), then an exit
+    """A DDP model left in a reference cycle (as a trainer's can be, through bound methods), then an exit
     code; at exit the process records how many DDP models are still alive."""
     gc.disable()  # only an explicit collection frees the cycle before the interpreter finalizes
     atexit.register(_count_ddp_models, Path(out_dir) / f"rank{dist.get_rank()}.txt")
