@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import load_tool, run_tool_here, run_tool_process
@@ -149,6 +150,26 @@ def test_int8_is_calibrated_on_the_training_images_and_scores_stay_close(fmt, ti
     fp32 = str(tmp_path / "fp32.onnx")
     export_onnx(model, fp32, export_metadata(exp, model, [str(i) for i in range(6)], "onnx", False, None))
     assert exported_size(path) < 0.5 * exported_size(fp32)
+
+
+def test_openvino_int8_ranges_span_every_calibration_image_not_their_average(tmp_path):
+    """NNCF's default averages each calibration batch's extremes; at batch 1 the one image with a larger
+    activation (a bright photo; an object's peak in the head) is then clipped to the others' level."""
+    exp, model = _nano(3, (96, 96))
+    rng = np.random.default_rng(0)
+    dim = [(rng.uniform(0, 100, (3, 96, 96)).astype(np.float32),) for _ in range(7)]
+    bright = [(np.full((3, 96, 96), 255.0, np.float32),)]
+    path = str(tmp_path / "int8.xml")
+    meta = export_metadata(exp, model, ["a", "b", "c"], "openvino", False, None, "int8", "cpu", 8)
+    export_openvino(model, path, meta, calibration=CalibrationImages(bright + dim, 8, 1))
+    import openvino as ov
+
+    input_highs = [  # the quantizers on the input image (after the stem's space-to-depth slices)
+        float(op.input_value(2).get_node().get_data().max())
+        for op in ov.Core().read_model(path).get_ordered_ops()
+        if op.get_type_name() == "FakeQuantize" and op.input_value(0).get_node().get_type_name() == "Slice"
+    ]
+    assert input_highs and min(input_highs) > 250, input_highs  # the average of the maxima: ~120
 
 
 def test_calibration_needs_a_full_batch_of_training_images(tiny_shapes_coco):
