@@ -41,6 +41,23 @@ def test_train_benchmark_prints_both_assigners(capsys):
     assert len(re.findall(r"\d+\.\d+% +\|$", out, re.M)) == 2, out  # "of peak", one per assigner
 
 
+def test_workers_benchmark_times_both_worker_priorities(capsys, tmp_path):
+    out = run(capsys, "workers", "--size", "64", "--batch", "2", "--workers", "1", "--images", "8",
+              "--steps", "1", "--repeats", "1", "--out", str(tmp_path))  # fmt: skip
+    assert re.search(r"^\| nice 0 +\| \d+\.\d+ +\|.*\| 1\.00x +\|$", out, re.M), out
+    assert re.search(r"^\| nice 19 +\| \d+\.\d+ +\|.*\| \d+\.\d+x +\|$", out, re.M), out
+
+
+def test_allocator_benchmark_runs_both_sides_in_their_own_processes(capsys, tmp_path):
+    out = run(capsys, "allocator", "--size", "64", "--images", "4", "--batch", "2", "--workers", "1",
+              "--rounds", "1", "--repeats", "1", "--out", str(tmp_path))  # fmt: skip
+    for task in ("demo, -b 1", "demo, -b 2", "evaluation, -b 2, 0 workers", "evaluation, -b 2, 1 workers"):
+        assert re.search(rf"^\| {re.escape(task)} +\| default +\|.*\| 1\.00x +\|$", out, re.M), out
+        assert re.search(rf"^\| {re.escape(task)} +\| kept +\| \d+\.\d+ +\|.*\| \d+\.\d+x +\|$", out, re.M), (
+            out
+        )
+
+
 def test_demo_benchmark_prints_images_per_second_per_batch_size(capsys):
     out = run(capsys, "demo", "--tsize", "64", "--batch-sizes", "1", "2", "--images", "2", "--rounds", "1",
               "--no-channels-last")  # fmt: skip

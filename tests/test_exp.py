@@ -192,3 +192,16 @@ def test_mixed_precision_fields_merge_and_validate():
             ValueError, match="scaler_init_scale must be > 0 and exp.scaler_growth_interval >= 1"
         ):
             bad.validate()
+
+
+def test_data_worker_nice_merges_none_or_a_niceness_from_0_to_19():
+    exp = Exp()
+    assert exp.data_worker_nice is None  # the default: by device (19 on a CPU, 0 on a GPU)
+    exp.merge(["data_worker_nice", "0"])
+    exp.validate()
+    exp.merge(["data_worker_nice", "None"])
+    exp.validate()
+    for bad in ("20", "-5"):
+        exp.merge(["data_worker_nice", bad])
+        with pytest.raises(ValueError, match=rf"data_worker_nice .* 0-19 .*got {bad}"):
+            exp.validate()

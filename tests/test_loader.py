@@ -1,10 +1,14 @@
 """Samplers and loaders: disjoint seeded shards, resumable streams, close_mosaic with persistent workers."""
 
 import itertools
+import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import run_tool_process
 from torch.utils.data import default_collate
 
 from yolox_fast.data.loader import PadCollate
@@ -117,6 +121,48 @@ def test_train_loader_batches_and_close_mosaic_with_persistent_workers(tiny_shap
         _, _, info, _ = next(it)
         assert info == [(128, 128)] * 4
     assert [w.pid for w in loader.loader._iterator._workers] == workers_before  # same persistent workers
+
+
+def niceness(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+@pytest.mark.parametrize("setting", [None, 0, 7])
+def test_training_workers_run_at_data_worker_nice_and_evaluation_workers_at_the_process_priority(
+    tiny_shapes_coco, setting
+):
+    exp = _exp(tiny_shapes_coco, workers=2)
+    exp.data_worker_nice = setting
+    added = (0 if torch.cuda.is_available() else 19) if setting is None else setting  # None: by device
+    own = niceness(0)
+    loader = exp.get_data_loader(batch_size=4, is_distributed=False)
+    it = iter(loader)
+    next(it)
+    assert [niceness(w.pid) for w in loader.loader._iterator._workers] == [min(own + added, 19)] * 2
+    loader.close_mosaic()  # the restarted pipeline keeps its (persistent) workers, at their niceness
+    next(it)
+    assert [niceness(w.pid) for w in loader.loader._iterator._workers] == [min(own + added, 19)] * 2
+    eval_batches = iter(exp.get_eval_loader(batch_size=4, is_distributed=False))
+    next(eval_batches)
+    assert [niceness(w.pid) for w in eval_batches._workers] == [own] * 2
+    assert niceness(0) == own  # the training process itself keeps its priority
+
+
+@pytest.mark.slow
+def test_train_command_on_a_cpu_says_its_workers_run_at_the_lowest_priority(tiny_shapes_coco, tmp_path):
+    out = run_tool_process(
+        "train", "-f", "exps/example/shapes_nano.py", "-b", "4", "-l", "none", "dataset",
+        tiny_shapes_coco["config"], "output_dir", str(tmp_path), "input_size", "(64,64)", "test_size",
+        "(64,64)", "random_size", "(2,2)", "max_epoch", "1", "no_aug_epochs", "0", "data_num_workers", "1",
+        cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    said = (
+        r"\n *loader +1 workers at nice \+0\n"
+        if torch.cuda.is_available()
+        else (r"\n *loader +1 workers at nice \+19 \(below the training threads that share their CPU")
+    )
+    assert re.search(said, out), out[-3000:]
+    assert "training done" in out and (tmp_path / "shapes_nano" / "best_ckpt.pth").is_file()
 
 
 @pytest.mark.timeout(120)

@@ -6,7 +6,8 @@ Each prints its figures and the ratio against a baseline measured in the same ru
 import importlib
 import sys
 
-SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "deploy", "gpu")
+SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "deploy", "gpu",
+          "workers", "allocator")  # fmt: skip
 
 
 def main() -> None:

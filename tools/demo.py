@@ -34,6 +34,7 @@ from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
 from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
+from yolox_fast.utils.allocator import keep_freed_memory
 from yolox_fast.utils.amp import amp_dtype
 from yolox_fast.utils.compile import run_batch_sizes
 
@@ -87,6 +88,7 @@ def default_image_dir(exp) -> str:
 
 def main(argv=None) -> None:
     args = parse_with_overrides(make_parser(), argv)
+    keep_freed_memory()  # every batch reuses the last one's memory instead of faulting it in anew
     if args.legacy:
         logger.info("--legacy has no effect: yolox_fast inputs are always BGR 0-255 without normalisation")
     if args.device == "gpu" and not torch.cuda.is_available():

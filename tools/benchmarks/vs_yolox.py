@@ -54,7 +54,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -63,6 +63,7 @@ from tabulate import tabulate
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
 from benchmarks.finetune import WEIGHTS
 from benchmarks.inputs import random_targets
+from benchmarks.repeats import alternate, value_range
 from benchmarks.train import setting
 from benchmarks.yolox_official import require_official_yolox
 
@@ -76,20 +77,6 @@ BF16_SIDE = "ours, --bf16 (autocast; official has none on a CPU)"
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def alternate(sides: dict[Hashable, Callable[[], float]], repeats: int) -> dict[Hashable, list[float]]:
-    """Call each side's measurement once per round, in turn, for `repeats` rounds; every value."""
-    values: dict[Hashable, list[float]] = {name: [] for name in sides}
-    for _ in range(repeats):
-        for name, measure in sides.items():
-            values[name].append(measure())
-    return values
-
-
-def value_range(values: Sequence[float], digits: int) -> str:
-    """'min-max' of the repeats: how far load moved them."""
-    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
 
 
 # --------------------------------------------------------------------------- iteration

@@ -24,6 +24,7 @@ from tabulate import tabulate
 from yolox_fast.core import trackers
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, write_demo_image
 from yolox_fast.core.launch import launcher_name
+from yolox_fast.data.build import worker_nice
 from yolox_fast.data.datasets.base import CorruptImageError
 from yolox_fast.inference import Predictor
 from yolox_fast.utils.metric import memory_mb
@@ -45,6 +46,15 @@ def cache_summary(cache_asked: str | None, cache) -> str:
     if cache is None:
         return f"{cache_asked} asked for, NOT used (see the warning above): images are read from disk"
     return f"{cache_asked}: {cache.path} ({cache.nbytes / 2**30:.2f} GiB)"
+
+
+def loader_summary(exp) -> str:
+    """The training loader's workers and their priority."""
+    if exp.data_num_workers == 0:
+        return "no workers: this process makes the batches"
+    nice = worker_nice(exp)
+    why = " (below the training threads that share their CPU: data_worker_nice)" if nice else ""
+    return f"{exp.data_num_workers} workers at nice {nice:+d}{why}"
 
 
 def batch_summary(trainer) -> str:
@@ -108,6 +118,7 @@ def log_run_summary(trainer) -> None:
             + (" ..." if len(trainer.class_names) > 8 else ""),
         ),
         ("cache", cache_summary(trainer.args.cache, trainer.train_loader.images.cache)),
+        ("loader", loader_summary(trainer.exp)),
         ("output", trainer.run_dir),
         ("command", " ".join(sys.argv)),
     ]

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 from collections.abc import Iterator, Sequence
 
 import cv2
 import numpy as np
 import torch
+from loguru import logger
 from torch.utils.data import DataLoader, default_collate
 
 from yolox_fast.data.sampler import YoloBatchSampler
 
 
-def worker_init(worker_id: int) -> None:
+def worker_init(worker_id: int, nice: int = 0) -> None:
     """Seed Python/NumPy from torch's per-worker seed (augmentations use explicit generators; this
-    covers any library code that draws from the global ones)."""
+    covers any library code that draws from the global ones), and add `nice` to the worker's niceness
+    (`os.nice`: a lower scheduling priority; see `build.worker_nice` for why)."""
     seed = torch.initial_seed() % 2**32
     random.seed(seed)
     np.random.seed(seed)
+    if nice:
+        try:
+            os.nice(nice)
+        except (AttributeError, OSError) as err:  # no os.nice (Windows), or a sandbox that refuses it
+            logger.debug(f"loader worker {worker_id} keeps its priority: os.nice({nice}) failed ({err})")
 
 
 def opencv_for_workers(num_workers: int) -> None:
@@ -72,7 +81,13 @@ class TrainLoader:
     """
 
     def __init__(
-        self, dataset, batch_sampler: YoloBatchSampler, num_workers: int, max_labels: int, pin_memory: bool
+        self,
+        dataset,
+        batch_sampler: YoloBatchSampler,
+        num_workers: int,
+        max_labels: int,
+        pin_memory: bool,
+        worker_nice: int = 0,
     ) -> None:
         self.dataset = dataset
         self.batch_sampler = batch_sampler
@@ -83,7 +98,7 @@ class TrainLoader:
             num_workers=num_workers,
             pin_memory=pin_memory,
             persistent_workers=num_workers > 0,
-            worker_init_fn=worker_init,
+            worker_init_fn=functools.partial(worker_init, nice=worker_nice),
             collate_fn=PadCollate(max_labels),
         )
         self._iterator = None
