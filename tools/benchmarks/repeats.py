@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
+
+Value = TypeVar("Value")  # a measurement: seconds, a rate, or a row of them
 
 
-def alternate(sides: dict[Hashable, Callable[[], float]], repeats: int) -> dict[Hashable, list[float]]:
+def alternate(sides: dict[Hashable, Callable[[], Value]], repeats: int) -> dict[Hashable, list[Value]]:
     """Call each side's measurement once per round, in turn, for `repeats` rounds; every value."""
-    values: dict[Hashable, list[float]] = {name: [] for name in sides}
+    values: dict[Hashable, list[Value]] = {name: [] for name in sides}
     for _ in range(repeats):
         for name, measure in sides.items():
             values[name].append(measure())
