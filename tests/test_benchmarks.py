@@ -58,6 +58,21 @@ def test_allocator_benchmark_runs_both_sides_in_their_own_processes(capsys, tmp_
         )
 
 
+def test_stem_benchmark_times_both_stems_on_the_same_weights(capsys):
+    out = run(capsys, "stem", "--batch", "2", "--infer-size", "64", "--train-size", "64", "--iters", "1",
+              "--repeats", "1")  # fmt: skip
+    for what in ("stem, inference", "model, inference", "stem, training", "model, training step"):
+        assert re.search(
+            rf"^\| {re.escape(what)} +\| phases, then conv +\|.*\| 1\.00x +\| +\|$", out, re.M
+        ), out
+        strided = re.search(
+            rf"^\| {re.escape(what)} +\| strided conv +\| \d+\.\d +\|.*\| \d+\.\d+x +\| (.*)\|$", out, re.M
+        )
+        assert strided, out
+        if what != "model, inference":  # the same sums in another order: float rounding apart
+            assert float(strided.group(1)) < 1e-5, out
+
+
 def test_demo_benchmark_prints_images_per_second_per_batch_size(capsys):
     out = run(capsys, "demo", "--tsize", "64", "--batch-sizes", "1", "2", "--images", "2", "--rounds", "1",
               "--no-channels-last")  # fmt: skip

@@ -210,6 +210,18 @@ def test_eval_loader_shards_without_duplicates(tiny_shapes_coco, monkeypatch):
     assert sorted(seen) == list(range(1, 9))
 
 
+def test_eval_loader_workers_persist_from_one_pass_to_the_next(tiny_shapes_coco):
+    # the trainer evaluates every epoch with one loader: its workers fork once, not from the grown process
+    loader = _exp(tiny_shapes_coco, workers=2).get_eval_loader(batch_size=3, is_distributed=False)
+    first = [(imgs, ids.tolist()) for imgs, _, _, ids in loader]
+    workers = loader._iterator._workers
+    second = [(imgs, ids.tolist()) for imgs, _, _, ids in loader]
+    assert loader._iterator._workers == workers and all(w.is_alive() for w in workers)
+    assert [ids for _, ids in first] == [ids for _, ids in second] == [[1, 2, 3], [4, 5, 6], [7, 8]]
+    for (a, _), (b, _) in zip(first, second):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("no_aug", [True, False])
 def test_no_aug_loader_starts_without_mosaic(tiny_shapes_coco, no_aug):
     loader = _exp(tiny_shapes_coco, workers=0).get_data_loader(

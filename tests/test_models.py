@@ -1,12 +1,15 @@
 """Model zoo: official YOLOX parameter counts and state_dict names, forward shapes, decoding,
 the training-mode call into the loss, gradient checkpointing."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
 from yolox_fast.exp import get_exp
 from yolox_fast.models import YOLOPAFPN, YOLOX, Focus, YOLOXHead, get_activation
+from yolox_fast.models.network_blocks import space_to_depth
 
 # Official parameter counts (YOLOX model zoo table), in millions, and state_dict sizes of official YOLOX.
 OFFICIAL_PARAMS_M = {"nano": 0.91, "tiny": 5.06, "s": 8.97, "m": 25.3, "l": 54.2, "x": 99.1}
@@ -269,14 +272,32 @@ def test_yolox_set_grad_checkpointing_reaches_backbone_and_neck():
     assert not model.backbone.grad_checkpointing and not model.backbone.backbone.grad_checkpointing
 
 
-def test_focus_stacks_pixel_phases_in_yolox_order():
-    focus = Focus(1, 4)
-    focus.conv = nn.Identity()  # look at what the conv would see
+def test_space_to_depth_stacks_pixel_phases_in_yolox_order():
     x = torch.arange(16.0).reshape(1, 1, 4, 4)
-    out = focus(x)
+    out = space_to_depth(x)
     expected = [x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2]]
     for c, phase in enumerate(expected):
         torch.testing.assert_close(out[:, c : c + 1], phase)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("ksize", [1, 3])
+def test_focus_equals_its_conv_on_the_space_to_depth_image_with_the_same_gradients(layout, ksize):
+    # the stem runs as one strided conv of the image: outputs and every gradient equal the layer-by-layer
+    # definition (YOLOX's: phases stacked, then the BaseConv), to float rounding
+    torch.manual_seed(0)
+    focus = Focus(3, 8, ksize=ksize).train().to(memory_format=layout)
+    twin = copy.deepcopy(focus)
+    x = (torch.rand(2, 3, 32, 48) * 255).contiguous(memory_format=layout)
+    out, expected = focus(x), twin.conv(space_to_depth(x))
+    assert out.is_contiguous(memory_format=layout) and out.shape == (2, 8, 16, 24)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-3)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    expected.backward(grad)
+    for (name, p), q in zip(focus.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-2, msg=name)
+    torch.testing.assert_close(focus.conv.bn.running_mean, twin.conv.bn.running_mean)
 
 
 def test_unknown_activation_names_the_choices():

@@ -82,12 +82,18 @@ def test_optimizer_parameter_groups_match_official(reference):
 @pytest.mark.parametrize("step", ["no_l1", "l1"])
 def test_loss_and_gradients_match_official(reference, step):
     """Same weights, same batch: yolox_fast's batched SimOTA (0.3.0's rule, the default), head and loss
-    give official's losses and gradients (targets, IoU/obj/cls/L1 terms, normalisation)."""
-    run = section(reference, "loss_grad")["steps"][step]["ours"]
-    assert run["same_grad_tensors"]
-    assert run["loss_max_rel_diff"] <= 1e-5, run
-    assert run["grad_global_rel_diff"] <= 1e-4, run
-    assert run["grad_max_rel_diff"] <= 1e-3, run
+    give official's losses and gradients (targets, IoU/obj/cls/L1 terms, normalisation). With the stem
+    computed as official writes it, op for op, to fp32 rounding; as it runs (one strided conv of the image),
+    the stem's output rounds differently (~5e-7), which this freshly initialised network, its BatchNorms in
+    training mode on 4 images, amplifies about a hundredfold in the gradients (2e-4 on the development
+    CPU)."""
+    steps = section(reference, "loss_grad")["steps"][step]
+    for name, grad_global, grad_max in (("ours_phases_stem", 1e-4, 1e-3), ("ours", 2e-3, 1e-2)):
+        run = steps[name]
+        assert run["same_grad_tensors"]
+        assert run["loss_max_rel_diff"] <= 1e-5, (name, run)
+        assert run["grad_global_rel_diff"] <= grad_global, (name, run)
+        assert run["grad_max_rel_diff"] <= grad_max, (name, run)
 
 
 def test_the_later_simota_rule_is_a_switch_that_differs_from_0_3_0(reference):

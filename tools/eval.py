@@ -99,11 +99,10 @@ def evaluate(args) -> tuple:
         torch.manual_seed(args.seed)
     if world > 1 and args.batch_size % world:
         raise ValueError(f"batch size {args.batch_size} is not divisible by the {world} processes")
-    if exp.data_num_workers == 0:
-        # every batch reuses the last one's memory instead of faulting it in anew (1.19x on a 2-core CPU); not
-        # with loader workers: their fork shares every kept page, which this process then copies on each
-        # write (0.88x), `python tools/benchmark.py allocator`
-        keep_freed_memory()
+    # every batch reuses the last one's memory instead of faulting it in anew (1.21x with 0 loader workers,
+    # 1.26x with 2 on a 2-core CPU, `python tools/benchmark.py allocator`); the eval loader's workers fork
+    # once, as the evaluation starts (they persist), so no later batch's pages are shared with them
+    keep_freed_memory()
 
     if exported is not None:
         model, class_names = exported, exported.metadata.class_names

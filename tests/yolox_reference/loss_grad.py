@@ -1,6 +1,8 @@
 """(a) Loss and gradients on the same batch, same weights: official YOLOX 0.3.0 nano vs yolox_fast nano,
-as it trains ("ours": its batched SimOTA with 0.3.0's rule) and with the later YOLOX SimOTA rule
-("ours_later_rule": simota_box_prior False, simota_center_radius 1.5).
+as it trains ("ours": its batched SimOTA with 0.3.0's rule), the same with the stem computed as official
+writes it ("ours_phases_stem": phases stacked, then the conv, instead of `models.Focus`'s one strided conv of
+the image: the same sums rounded alike, so that the rest is compared op for op) and with the later YOLOX
+SimOTA rule ("ours_later_rule": simota_box_prior False, simota_center_radius 1.5).
 
 Also: whether both build the same initial weights under the same torch seed, and whether
 `exp.get_optimizer` puts the same parameters into the same SGD groups with the same settings.
@@ -15,6 +17,7 @@ import dataclasses
 
 import common
 import torch
+from benchmarks.stem import with_phases_stem
 
 NUM_CLASSES = 4
 SIZE = (160, 224)  # (H, W): non-square, so a transposed grid would show
@@ -113,7 +116,8 @@ def collect(argv: list[str] | None = None) -> dict:
     ours.load_state_dict(official.state_dict())
     ours_later = copy.deepcopy(ours)  # the later YOLOX SimOTA rule, an exp switch here
     ours_later.head.loss_fn = dataclasses.replace(ours_later.head.loss_fn, box_prior=False, center_radius=1.5)
-    models = {"official": official, "ours": ours, "ours_later_rule": ours_later}
+    models = {"official": official, "ours": ours, "ours_phases_stem": with_phases_stem(ours),
+              "ours_later_rule": ours_later}  # fmt: skip
 
     imgs, targets = batch(torch.Generator().manual_seed(0))
     steps = {

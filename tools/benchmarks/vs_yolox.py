@@ -42,7 +42,9 @@ alike; the median of the repeats is reported, and their range):
   on these images: trained weights find boxes, official's random initialisation finds none above the
   thresholds (AP 0 on both sides says little). Run with other sections, it runs in a process of its own
   (this benchmark again with `--only inference`), as a user's evaluation does: after the in-process
-  training sections both sides evaluate markedly slower (see `inference_in_own_process`).
+  training sections both sides evaluate markedly slower (see `inference_in_own_process`). That process
+  lets glibc keep freed memory, as tools/eval.py and tools/demo.py do (`utils.allocator`): official's side
+  gets it too, which its own tools do not have.
 """
 
 from __future__ import annotations
@@ -402,7 +404,9 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
     from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, list_images
     from yolox_fast.exp import get_exp
     from yolox_fast.inference import Predictor, load_inference_model
+    from yolox_fast.utils.allocator import keep_freed_memory
 
+    keep_freed_memory()  # as our tools do; process-wide, so both sides run with it
     torch.set_num_threads(args.threads)
     num_classes, batch, n = len(CLASS_NAMES), args.inference_batch, args.inference_images
     exp = get_exp(exp_name="yolox-nano")

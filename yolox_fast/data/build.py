@@ -229,7 +229,13 @@ def build_calibration_dataset(exp) -> DetectionDataset:
 
 
 def build_eval_loader(exp, batch_size: int, is_distributed: bool) -> DataLoader:
-    """Eval loader: rank r gets items r::world (each image once over all ranks); batches per eval_collate."""
+    """Eval loader: rank r gets items r::world (each image once over all ranks); batches per eval_collate.
+
+    Its workers persist from the first evaluation to the loader's end: the trainer's per-epoch evaluations
+    would otherwise fork them anew every time from a process that has since grown, and pay copy-on-write
+    faults for every shared page it then writes; and a process that keeps freed memory for reuse
+    (`utils.allocator`) only shares with them what it held at that one fork.
+    """
     dataset = build_eval_dataset(exp)
     rank, world = (dist_utils.get_rank(), dist_utils.get_world_size()) if is_distributed else (0, 1)
     opencv_for_workers(exp.data_num_workers)
@@ -239,6 +245,7 @@ def build_eval_loader(exp, batch_size: int, is_distributed: bool) -> DataLoader:
         sampler=ShardSampler(len(dataset), rank=rank, world_size=world),
         num_workers=exp.data_num_workers,
         pin_memory=torch.cuda.is_available(),
+        persistent_workers=exp.data_num_workers > 0,
         worker_init_fn=worker_init,
         collate_fn=eval_collate,
     )
