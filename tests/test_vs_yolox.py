@@ -426,6 +426,14 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
         assert heading in proc.stdout
     for side in ("| official", "| ours", "ours, trainer"):
         assert side in proc.stdout
+    # each training step row: its GFLOP/s and the fraction of the peak measured in the same run
+    peak_line = r"GFLOPs per image and step; CPU, \d+ threads, fp32 peak measured in this run: \d+ GFLOP/s"
+    assert re.search(peak_line, proc.stdout), proc.stdout[:3000]
+    step_rows = re.findall(
+        r"^\|\s+2 \| (official|ours|ours, trainer) .*\| +([0-9.]+) +\| ([0-9.]+)% *\|$", proc.stdout, re.M
+    )
+    assert sorted(side for side, *_ in step_rows) == ["official", "ours", "ours, trainer"], proc.stdout[:3000]
+    assert all(float(rate) > 0 and 0 < float(share) < 100 for _, rate, share in step_rows), step_rows
     # the compiled run's row: its rate, range and ratio, and the compile seconds its log gave
     compiled = re.search(
         r"\| ours, --compile \(eager; epoch 1 untimed: \d+ s compiling\)\s*\|\s*([0-9.]+)\s*\|", proc.stdout

@@ -14,7 +14,9 @@ alike; the median of the repeats is reported, and their range):
   backward, SGD step (each side's own parameter groups), EMA update. yolox-nano, random images, random
   ground truth shaped like training (5-40 boxes per image), the same weights on both sides. Also "ours,
   trainer": the same step through `Trainer.train_one_iter` (lr update, BN snapshot, the non-finite checks
-  and their collective, EMA, meters, logging), the trainer's overhead over the bare step.
+  and their collective, EMA, meters, logging), the trainer's overhead over the bare step. Each row's
+  GFLOP/s is the network's counted forward + backward FLOPs (the same network on both sides) times its
+  images/s, and "of peak" that over this machine's peak (matmul, 3x3 conv) measured in the same run.
 - data: CPU seconds per training sample (process time of one worker's work: `MosaicDetection` with
   mosaic, random affine, HSV, flip and the final transform), official's `MosaicDetection` +
   `TrainTransform` against ours, on the same generated images with the same augmentation settings, no
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import itertools
 import re
@@ -67,6 +70,7 @@ from tabulate import tabulate
 from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
 from benchmarks.finetune import WEIGHTS
 from benchmarks.inputs import random_targets
+from benchmarks.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
 from benchmarks.repeats import alternate, value_range
 from benchmarks.train import setting
 from benchmarks.yolox_official import require_official_yolox
@@ -164,15 +168,25 @@ def trainer_step(args, device: torch.device, batch, root: Path, out: Path, state
     return trainer, step
 
 
-def measure_iteration(args, device: torch.device, amp_dtype, out: Path, dataset_json: Path) -> list[list]:
-    rows = []
+def measure_iteration(
+    args, device: torch.device, amp_dtype, out: Path, dataset_json: Path
+) -> tuple[list[list], str]:
+    """(table rows, the line naming the peak they are measured against): seconds per training step of each
+    side, and the FLOP/s that makes (the model's counted forward + backward FLOPs, the same network on
+    both sides) against this machine's peak measured in the same run."""
+    peak = measured_peak(device, amp_dtype)
+    rows, flops_per_image = [], None
     for batch_size in args.batches:
         gen = torch.Generator().manual_seed(batch_size)
         imgs = (torch.rand(batch_size, 3, args.size, args.size, generator=gen) * 255).to(device)
         targets = random_targets(batch_size, args.size, args.num_classes, gen).to(device)
         torch.manual_seed(0)
         official_model, official = official_step(device, args.num_classes, amp_dtype)
-        _, ours = ours_step(device, args.num_classes, amp_dtype, official_model.state_dict())
+        ours_model, ours = ours_step(device, args.num_classes, amp_dtype, official_model.state_dict())
+        if flops_per_image is None:  # linear in the batch: counted once, on two images
+            twin = copy.deepcopy(ours_model)
+            flops_per_image = train_step_flops_per_image(twin, imgs[:2], targets[:2], amp_dtype)
+            del twin
         trainer, ours_trainer = trainer_step(
             args, device, (imgs, targets), dataset_json, out, official_model.state_dict()
         )
@@ -201,9 +215,11 @@ def measure_iteration(args, device: torch.device, amp_dtype, out: Path, dataset_
                 batch_size, name, f"{seconds:.3f}", f"{batch_size / seconds:.1f}", value_range(rates, 1),
                 f"{times['official'] / seconds:.2f}x",
                 f"{100 * (seconds / times['ours'] - 1):+.1f}%" if name == "ours, trainer" else "",
+                *achieved_columns(flops_per_image, batch_size / seconds, peak),
             ])  # fmt: skip
         del trainer
-    return rows
+    flops = f"{flops_per_image / 1e9:.2f} GFLOPs per image and step"
+    return rows, f"{flops}; {peak_line(peak, setting(device, amp_dtype))}"
 
 
 # --------------------------------------------------------------------------- data
@@ -572,10 +588,12 @@ def main(argv) -> None:
         f"{setting(device, amp_dtype)}"
     )
     if "iteration" in args.only:
-        rows = measure_iteration(args, device, amp_dtype, out, dataset_json)
+        rows, flops_line = measure_iteration(args, device, amp_dtype, out, dataset_json)
         print(f"\ntraining iteration, data excluded (median of {args.repeats} alternating repeats)")
-        print(tabulate(rows, headers=["batch", "side", "s/iter", "img/s", "range", "vs official",
-                                      "trainer overhead"], tablefmt="github"))  # fmt: skip
+        print(flops_line)
+        headers = ["batch", "side", "s/iter", "img/s", "range", "vs official", "trainer overhead", "GFLOP/s",
+                   "of peak"]  # fmt: skip
+        print(tabulate(rows, headers=headers, tablefmt="github"))
     if "data" in args.only:
         rows = measure_data(args, root)
         print(f"\ndata pipeline, CPU ms per training sample (mosaic, affine, HSV, flip; {len(CLASS_NAMES)} "
