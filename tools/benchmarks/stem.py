@@ -60,16 +60,21 @@ def timed(run: Callable[[], object], iters: int) -> Callable[[], float]:
     return measure
 
 
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest elementwise difference of `a` and `b`, against the largest magnitude in `b`."""
+    return float((a - b).abs().max() / b.abs().max())
+
+
 def cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float | None]]:
-    """{row: ({side: one call}, the sides' largest output difference relative to the largest output, or
-    None)}."""
-    layout = torch.channels_last
+    """{row: ({side: one call}, how far apart the sides' results are (`relative_difference` of the stems'
+    outputs, of the first losses), or None)}."""
     out: dict[str, tuple[dict[str, Callable[[], object]], float | None]] = {}
 
     # inference: the folded model and its stem, on the same images
     infer_args = types.SimpleNamespace(num_classes=args.num_classes, size=args.infer_size)
     model, test_imgs, _ = step_inputs(infer_args, args.batch, torch.device("cpu"))
-    strided = fuse_model(model.eval()).to(memory_format=layout)
+    strided = fuse_model(model.eval()).to(memory_format=torch.channels_last)
+    phases = with_phases_stem(strided)
 
     def inference(part: torch.nn.Module) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
@@ -78,17 +83,16 @@ def cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float | None
 
         return run
 
-    phases = with_phases_stem(strided)
-    stems = {SIDES[0]: phases.backbone.backbone.stem, SIDES[1]: strided.backbone.backbone.stem}
-    models = {SIDES[0]: phases, SIDES[1]: strided}
-    for row, parts in (("stem, inference", stems), ("model, inference", models)):
-        with torch.no_grad():
-            a, b = (parts[side](test_imgs) for side in SIDES)
-        # the whole model's random-weight outputs hardly depend on its input: their difference says nothing
-        difference = float((a - b).abs().max() / b.abs().max()) if row.startswith("stem") else None
-        out[row] = ({side: inference(part) for side, part in parts.items()}, difference)
+    stems = {
+        SIDES[0]: inference(phases.backbone.backbone.stem),
+        SIDES[1]: inference(strided.backbone.backbone.stem),
+    }
+    out["stem, inference"] = (stems, relative_difference(stems[SIDES[0]](), stems[SIDES[1]]()))
+    # the whole model's random-weight outputs hardly depend on its input: their difference would say nothing
+    out["model, inference"] = ({SIDES[0]: inference(phases), SIDES[1]: inference(strided)}, None)
 
-    # training: the stem's forward + backward, and whole steps, from the same initial weights
+    # training: the stem's forward + backward, and whole steps, from the same initial weights (step_inputs
+    # gives the images in the trainer's layout)
     train_args = types.SimpleNamespace(num_classes=args.num_classes, size=args.train_size)
     model, imgs, targets = step_inputs(train_args, args.batch, torch.device("cpu"))
     train_models = {SIDES[0]: with_phases_stem(model), SIDES[1]: model}
@@ -99,21 +103,21 @@ def cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float | None
         def run() -> torch.Tensor:
             y = stem(imgs)
             y.backward(torch.ones_like(y))
-            return y
+            return y.detach()
 
         return run
 
-    a, b = (stem_pass(train_models[side])().detach() for side in SIDES)
+    stem_passes = {side: stem_pass(m) for side, m in train_models.items()}
     out["stem, training"] = (
-        {side: stem_pass(m) for side, m in train_models.items()},
-        float((a - b).abs().max() / b.abs().max()),
+        stem_passes,
+        relative_difference(stem_passes[SIDES[0]](), stem_passes[SIDES[1]]()),
     )
 
     def step(m: torch.nn.Module) -> Callable[[], float]:
         optimizer = torch.optim.SGD(m.parameters(), lr=1e-6, momentum=0.9, nesterov=True, foreach=True)
 
         def run() -> float:
-            loss = m(imgs.contiguous(memory_format=layout), targets)["total_loss"]
+            loss = m(imgs, targets)["total_loss"]
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -121,10 +125,10 @@ def cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float | None
 
         return run
 
-    first = {side: m(imgs, targets)["total_loss"].item() for side, m in train_models.items()}
+    first = [train_models[side](imgs, targets)["total_loss"].detach() for side in SIDES]
     out["model, training step"] = (
         {side: step(m) for side, m in train_models.items()},
-        abs(first[SIDES[0]] - first[SIDES[1]]) / abs(first[SIDES[1]]),
+        relative_difference(*first),
     )
     return out
 
