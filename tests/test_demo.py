@@ -121,12 +121,13 @@ def test_checkpoint_class_names_and_mismatch_message(model, tmp_path):
     assert "num_classes" in str(err.value)
 
 
-def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_lines):
+def test_demo_tool_runs_random_weights_only_when_asked_and_says_so(image_dir, tmp_path, log_lines):
     load_tool("demo").main(
         [
             "image",
             "-n",
             "yolox-nano",
+            "--random-weights",
             "--path",
             str(image_dir),
             "--tsize",
@@ -144,6 +145,26 @@ def test_demo_tool_runs_without_checkpoint_and_says_so(image_dir, tmp_path, log_
     assert any("images/s" in line for line in log_lines)
     (saved,) = tmp_path.glob("yolox_nano/vis_res/*/detections.json")
     assert len(json.loads(saved.read_text())) == 6
+
+
+@pytest.mark.parametrize("tool", ["demo", "export"])
+def test_a_forgotten_checkpoint_is_one_error_line_naming_the_flag(tool, image_dir, tmp_path):
+    from helpers import run_tool_here
+
+    out = tmp_path / "m.onnx"
+    head = ["image", "--path", str(image_dir)] if tool == "demo" else ["--output-name", str(out)]
+    done = run_tool_here(tool, *head, "-n", "yolox-nano", "test_size", "(64,64)", "output_dir", tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1 and len(errors) == 1, done.stderr[-2000:]
+    assert "--random-weights" in errors[0] and "-c" in errors[0]
+    assert not out.exists()
+
+
+def test_load_inference_model_refuses_no_checkpoint_unless_asked():
+    with pytest.raises(ValueError, match="random_weights=True"):
+        load_inference_model(_nano_exp(), None)
+    model, names = load_inference_model(_nano_exp(), None, random_weights=True)
+    assert not model.training and len(names) == NUM_CLASSES
 
 
 def test_demo_tool_defaults_to_the_trained_best_checkpoint(image_dir, tmp_path, log_lines):

@@ -270,9 +270,8 @@ def test_divergence_never_writes_non_finite_weights_and_names_the_good_ones(coco
 def test_demo_on_a_file_that_is_not_a_video_says_so(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
-    done = run_tool_here(
-        "demo", "video", "-n", "yolox-nano", "--path", notes, "test_size", "(64,64)", "output_dir", tmp_path
-    )
+    untrained = ["-n", "yolox-nano", "--random-weights", "test_size", "(64,64)", "output_dir", tmp_path]
+    done = run_tool_here("demo", "video", *untrained, "--path", notes)
     assert done.returncode != 0 and "notes.txt exists but is not a video OpenCV can read" in last_line(done)
 
 

@@ -17,6 +17,7 @@ from loguru import logger
 from yolox_fast.core.cli import (
     add_exp_arguments,
     add_inference_arguments,
+    add_random_weights_argument,
     build_exp,
     default_checkpoint,
     parse_with_overrides,
@@ -67,6 +68,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--tsize", type=int, default=None, help="test image size (square)")
     p.add_argument("--fp16", action="store_true", help="half precision: fp16 on GPU, bf16 on CPU")
     add_inference_arguments(p)
+    add_random_weights_argument(p)
     p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
     p.add_argument("--save_result", action="store_true", help="write annotated images / video")
     p.add_argument("--save-json", action="store_true", help="write detections per image as JSON")
@@ -108,7 +110,9 @@ def main(argv=None) -> None:
     else:
         exp = build_exp(args)
         ckpt = default_checkpoint(exp, args.ckpt)
-        model, class_names = load_inference_model(exp, ckpt, device, fuse=args.fuse)
+        model, class_names = load_inference_model(
+            exp, ckpt, device, fuse=args.fuse, random_weights=args.random_weights
+        )
         channels_last = exp.channels_last
     predictor = Predictor(
         model,

@@ -110,7 +110,9 @@ def evaluate(args) -> tuple:
         ckpt = args.ckpt or os.path.join(save_dir, "best_ckpt.pth")
         if args.speed and args.ckpt is None and not os.path.isfile(ckpt):
             ckpt = None  # timing does not need trained weights (load_inference_model warns)
-        model, class_names = load_inference_model(exp, ckpt, device, args.fuse, exp.channels_last)
+        model, class_names = load_inference_model(
+            exp, ckpt, device, args.fuse, exp.channels_last, random_weights=args.speed
+        )
     logger.info(
         f"exp {exp.exp_name}: test size {exp.test_size}, conf {exp.test_conf}, nms {exp.nmsthre}, "
         f"{world} process(es), batch {args.batch_size // world} per process, device {model_device(model)}"

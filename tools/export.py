@@ -23,6 +23,7 @@ from loguru import logger
 
 from yolox_fast.core.cli import (
     add_exp_arguments,
+    add_random_weights_argument,
     build_exp,
     default_checkpoint,
     parse_with_overrides,
@@ -85,6 +86,7 @@ def make_parser() -> argparse.ArgumentParser:
         p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists"
     )
     p.add_argument("--tsize", type=int, default=None, help="square input size (default: exp.test_size)")
+    add_random_weights_argument(p)
     p.add_argument("--no-check", action="store_true", help="skip the comparison with PyTorch")
     return p
 
@@ -133,7 +135,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
     output = args.output_name or f"{exp.exp_name}{tag}{SUFFIXES[args.format]}"
     device = "cuda" if args.device == "gpu" or args.format == "tensorrt" else "cpu"
 
-    model, class_names = load_inference_model(exp, ckpt, "cpu")
+    model, class_names = load_inference_model(exp, ckpt, "cpu", random_weights=args.random_weights)
     static_batch = None if args.dynamic or args.format == "torchscript" else args.batch_size
     calibration = None
     if args.int8:

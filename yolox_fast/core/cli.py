@@ -63,6 +63,16 @@ def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str | None) ->
     )
 
 
+def add_random_weights_argument(parser: argparse.ArgumentParser) -> None:
+    """Add --random-weights: run the exp's model untrained when no checkpoint is found (without it, a
+    missing -c is an error: a forgotten -c would otherwise draw nothing or export a useless model)."""
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="run the model with random weights when no checkpoint is given (to try a pipeline only)",
+    )
+
+
 def add_compile_argument(parser: argparse.ArgumentParser) -> None:
     """Add --compile: the exp field `compile` set to True (torch.compile; docs/training.md)."""
     parser.add_argument(
@@ -118,7 +128,7 @@ def _is_number(text: str) -> bool:
 
 def default_checkpoint(exp, ckpt: str | None) -> str | None:
     """`ckpt` (-c), else the exp's training output <output_dir>/<exp_name>/best_ckpt.pth if it exists, else
-    None (the tool then runs random weights and says so)."""
+    None (the tool then refuses to run unless --random-weights)."""
     if ckpt is not None:
         return ckpt
     trained = os.path.join(exp.output_dir, exp.exp_name, "best_ckpt.pth")

@@ -23,6 +23,11 @@ from yolox_fast.utils.boxes import postprocess
 from yolox_fast.utils.checkpoint import CheckpointError, load_checkpoint, load_model_weights
 from yolox_fast.utils.compile import CompileStats, compile_for_inference
 
+NO_WEIGHTS = (
+    "no weights: give -c with a checkpoint (best_ckpt.pth), an exported file or a zoo name (yolox-s), or "
+    "--random-weights to run an untrained model on purpose (Python: random_weights=True)"
+)
+
 # (K, 6) float64 per image: x1, y1, x2, y2 in original image pixels, score = obj * cls_conf, class index
 Detections = np.ndarray
 
@@ -121,15 +126,20 @@ def load_inference_model(
     device: torch.device | str = "cpu",
     fuse: bool = False,
     channels_last: bool = False,
+    random_weights: bool = False,
 ) -> tuple[nn.Module, tuple[str, ...]]:
     """exp's model in eval mode on `device` with the checkpoint's weights (strictly), and class names;
     `fuse`: BatchNorm folded into the convolutions; `channels_last`: NHWC weights (with `fuse`, 1.6-2x the
     images/s of nano on a CPU; outputs change by fp32 rounding only).
 
     Class names come from the checkpoint's "class_names" when it has them, else from the exp
-    (`exp.get_class_names()`), else "0", "1", ... with a warning. `ckpt_path=None` keeps the random
-    initialisation (only useful to try a pipeline; logged as a warning).
+    (`exp.get_class_names()`), else "0", "1", ... with a warning. `ckpt_path=None` is a ValueError naming
+    the flag that asks for it, unless `random_weights`: then the model keeps its random initialisation (only
+    useful to try a pipeline or time it; logged as a warning), so that a forgotten -c never ships a model
+    that detects nothing.
     """
+    if not ckpt_path and not random_weights:
+        raise ValueError(NO_WEIGHTS)
     model = exp.get_model()
     ckpt: dict[str, Any] = {}
     if ckpt_path:
@@ -144,7 +154,7 @@ def load_inference_model(
             ) from err
         logger.info(f"loaded weights from {ckpt_path}")
     else:
-        logger.warning("no checkpoint given (-c): the model has RANDOM weights; its detections mean nothing")
+        logger.warning("--random-weights: the model has RANDOM weights; its detections mean nothing")
     model.eval()
     if fuse:
         model = fuse_model(model)
