@@ -45,8 +45,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("demo", choices=("image", "video", "webcam"), help="input kind")
     add_exp_arguments(
         p,
-        "checkpoint (ours or official YOLOX), or a file tools/export.py wrote (.onnx, .torchscript: then "
-        "-f/-n is optional); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists",
+        "checkpoint (ours, which stores its exp, or official YOLOX's) or a file tools/export.py wrote "
+        "(.onnx, .xml, .torchscript); -f/-n is optional but for official weights; default: "
+        "<output_dir>/<exp_name>/best_ckpt.pth if it exists",
     )
     p.add_argument(
         "--path",

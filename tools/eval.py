@@ -49,8 +49,9 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast eval")
     add_exp_arguments(
         p,
-        "checkpoint (ours or official YOLOX), or a file tools/export.py wrote (.onnx, .torchscript: then "
-        "-f/-n is optional); default: <output_dir>/<exp_name>/best_ckpt.pth",
+        "checkpoint (ours, which stores its exp, or official YOLOX's) or a file tools/export.py wrote "
+        "(.onnx, .xml, .torchscript); -f/-n is optional but for official weights; default: "
+        "<output_dir>/<exp_name>/best_ckpt.pth",
     )
     p.add_argument("-b", "--batch-size", type=int, default=64, help="total batch size over all processes")
     p.add_argument("-d", "--devices", type=int, default=1, help="processes to start (GPUs, or CPU workers)")

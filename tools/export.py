@@ -83,7 +83,9 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="TorchScript: device to trace on")
     add_exp_arguments(
-        p, "checkpoint (ours or official YOLOX); default: <output_dir>/<exp_name>/best_ckpt.pth if it exists"
+        p,
+        "checkpoint (ours, which stores its exp: then -f/-n is optional, or official YOLOX's); default: "
+        "<output_dir>/<exp_name>/best_ckpt.pth if it exists",
     )
     p.add_argument("--tsize", type=int, default=None, help="square input size (default: exp.test_size)")
     add_random_weights_argument(p)

@@ -136,8 +136,9 @@ def default_checkpoint(exp, ckpt: str | None) -> str | None:
 
 
 def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
-    """The exp of -f/-n with the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, --tsize
-    when the tool has it, and num_classes None resolved (from the dataset, else from -c).
+    """The exp of -f/-n (without them, the one the checkpoint -c stores: `exp.get_exp_by_checkpoint`) with
+    the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, --tsize when the tool has it, and
+    num_classes None resolved (from the dataset, else from -c).
 
     `exported`: the metadata of the exported file -c names. Its num_classes and input size are the model's
     and replace the exp's; -f/-n is then optional: without it the exp is the default one with the file's
@@ -148,7 +149,7 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
         exp.exp_name, exp.dataset, exp.data_dir = exported.exp_name, exported.dataset, exported.data_dir
         exp.test_conf, exp.nmsthre = exported.test_conf, exported.nmsthre
     else:
-        exp = get_exp(args.exp_file, args.name)
+        exp = get_exp(args.exp_file, args.name, getattr(args, "ckpt", None))
     if exported is not None:
         exp.num_classes, exp.test_size = exported.num_classes, tuple(exported.test_size)
     exp.merge(args.opts)

@@ -1,10 +1,13 @@
-"""get_exp: load an Exp from a Python file (-f) or a model-zoo name (-n yolox-s)."""
+"""get_exp: load an Exp from a Python file (-f), a model-zoo name (-n yolox-s) or the fields a checkpoint of
+ours stores (-c best_ckpt.pth alone)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+
+from loguru import logger
 
 from yolox_fast.exp.base_exp import BaseExp
 
@@ -37,10 +40,41 @@ def get_exp_by_name(exp_name: str) -> BaseExp:
     return get_exp_by_file(str(ZOO_DIR / f"{key}.py"))
 
 
-def get_exp(exp_file: str | None = None, exp_name: str | None = None) -> BaseExp:
-    """The Exp of `exp_file` if given, else of the zoo name `exp_name`."""
+def get_exp_by_checkpoint(ckpt_path: str) -> BaseExp:
+    """The exp a checkpoint of ours was trained with: a default `Exp` given the exp fields the trainer stores
+    in it ("exp"), so that `-c best_ckpt.pth` alone runs eval, demo and export as an exported file does.
+
+    Methods a custom exp class overrides are not stored; its fields (model size, dataset, thresholds) are.
+    Stored fields this version does not know are skipped and listed. A checkpoint without exp fields (official
+    YOLOX's, a raw state_dict) is a ValueError asking for -f or -n.
+    """
+    from yolox_fast.exp.yolox_base import Exp
+    from yolox_fast.utils.checkpoint import load_checkpoint
+
+    stored = load_checkpoint(ckpt_path).get("exp")
+    if not isinstance(stored, dict):
+        raise ValueError(
+            f"{ckpt_path} stores no exp fields (official YOLOX weights or a bare state_dict?): give the exp "
+            "it was trained with (-f FILE or -n NAME)"
+        )
+    exp = Exp()
+    known = exp.fields()
+    unknown = sorted(k for k in stored if k not in known)
+    for key, value in stored.items():
+        if key in known:
+            setattr(exp, key, tuple(value) if isinstance(known[key], tuple) and value is not None else value)
+    if unknown:
+        logger.info(f"{ckpt_path}: exp fields this version does not know, not applied: {', '.join(unknown)}")
+    return exp
+
+
+def get_exp(exp_file: str | None = None, exp_name: str | None = None, ckpt: str | None = None) -> BaseExp:
+    """The Exp of `exp_file` if given, else of the zoo name `exp_name`, else the one checkpoint `ckpt` stores
+    (`get_exp_by_checkpoint`)."""
     if exp_file:
         return get_exp_by_file(exp_file)
     if exp_name:
         return get_exp_by_name(exp_name)
-    raise ValueError("give an exp file (-f) or an exp name (-n)")
+    if ckpt:
+        return get_exp_by_checkpoint(ckpt)
+    raise ValueError("give an exp file (-f), an exp name (-n) or a checkpoint of ours (-c best_ckpt.pth)")
