@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-import export  # tools/export.py: this tool's folder is on sys.path when it runs
-
 from yolox_fast.core.cli import run_tool
+from yolox_fast.tools import export
 
 
 def make_parser() -> argparse.ArgumentParser:
