@@ -27,7 +27,7 @@ from loguru import logger
 
 from yolox_fast.data.augment import resize_keep_ratio
 from yolox_fast.data.config import datasets_root
-from yolox_fast.data.datasets.base import CorruptImageError
+from yolox_fast.data.image_io import CorruptImageError
 from yolox_fast.utils.dist import get_rank
 from yolox_fast.utils.progress import Progress
 
@@ -207,9 +207,7 @@ def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int
             try:
                 img, _ = resize_keep_ratio(dataset.load_image(i), shape[1:3])
             except CorruptImageError as err:
-                if not dataset.skip_corrupt:
-                    raise
-                logger.warning(f"{err}; skipped (not cached)")
+                dataset.damaged.mark(i, f"{err} (not cached)")
                 ok[i] = False
                 return
             slots[i, : img.shape[0], : img.shape[1]] = img
