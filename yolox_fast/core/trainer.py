@@ -37,6 +37,7 @@ from yolox_fast.utils.amp import amp_dtype, autocast
 from yolox_fast.utils.checkpoint import (
     load_checkpoint,
     load_model_weights,
+    load_resume_checkpoint,
     restart_count,
     resume_checkpoint_path,
     save_checkpoint,
@@ -448,7 +449,9 @@ class Trainer:
                 logger.info(f"fine-tuning from {self.args.ckpt}")
                 self.finetune_from = self.args.ckpt
             return None
-        ckpt = load_checkpoint(path, map_location=self.device)
+        # the run's own latest_ckpt.pth, when damaged, gives way to the newest good checkpoint of the run
+        latest = os.path.join(self.run_dir, "latest_ckpt.pth")
+        path, ckpt = load_resume_checkpoint(path, map_location=self.device, fall_back=path == latest)
         model.load_state_dict(ckpt.get("raw_model") or ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self._load_scaler_state(ckpt.get("scaler") or {}, path)

@@ -18,8 +18,13 @@ so they agree on what an image is (docs/datasets.md, "Damaged and inconsistent d
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
 
 import cv2
 import imagesize
@@ -35,6 +40,7 @@ JPEG_START, JPEG_SCAN, JPEG_END = b"\xff\xd8", b"\xff\xda", b"\xff\xd9"
 PNG_START = b"\x89PNG\r\n\x1a\n"
 HEADER_THREADS = 8  # image headers are read in parallel: the time is file-system latency, not CPU
 PNG_TAIL = 1 << 16  # IEND is the last chunk: look for it in the file's last 64 KiB (trailing junk allowed)
+HEADER_BYTES = 1 << 16  # enough of a file to hold the chunks that announce transparency
 
 
 class CorruptImageError(RuntimeError):
@@ -104,6 +110,12 @@ def _may_have_alpha(data: bytes) -> bool:
     return False
 
 
+def has_alpha(path: str) -> bool:
+    """Whether the image at `path` announces transparency in its header (`read_image` composites it)."""
+    with open(path, "rb") as f:
+        return _may_have_alpha(f.read(HEADER_BYTES))
+
+
 def _decode_with_alpha(buffer: np.ndarray) -> np.ndarray | None:
     """BGR (H, W, 3) uint8 of an image with alpha, composited over ALPHA_BACKGROUND; None when the
     decoded image has no alpha after all (the caller decodes it as colour)."""
@@ -145,3 +157,24 @@ def header_sizes(path: str) -> tuple[tuple[int, int], tuple[int, int]]:
 def image_size(path: str) -> tuple[int, int]:
     """(height, width) of an image as `read_image` decodes it, from its header (see `header_sizes`)."""
     return header_sizes(path)[0]
+
+
+@contextlib.contextmanager
+def native_stderr_lines() -> Iterator[list[str]]:
+    """Keep what C libraries (libjpeg, libpng, OpenCV) write to file descriptor 2 inside the block off
+    the terminal: the list it yields holds those lines once the block ends, for the caller to say what
+    they were about. Only for blocks that log nothing themselves: Python's own stderr writes land there
+    too."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    lines: list[str] = []
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
