@@ -75,7 +75,8 @@ def load_resume_checkpoint(
 
     With `fall_back` (`path` is the run's own latest_ckpt.pth, not one the user named) a damaged
     `path` is named in a warning and the run continues from the newest readable checkpoint of its
-    folder that can resume it (epoch_N, last_mosaic_epoch or best: the one furthest in training);
+    folder that can resume it (epoch_N, last_mosaic_epoch or best: the one furthest in training, of
+    equals the newest);
     when there is none, the CheckpointError says so in one line.
     """
     path = Path(path)
@@ -94,10 +95,12 @@ def load_resume_checkpoint(
         except CheckpointError:
             continue
         if "optimizer" in ckpt and "start_epoch" in ckpt:
-            found.append(((int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))), other, ckpt))
+            found.append(
+                ((int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))), other.stat().st_mtime, other, ckpt)
+            )
     if not found:
         raise CheckpointError(f"{damaged}; no other checkpoint in {path.parent} can resume the run") from None
-    (epoch, it), other, ckpt = max(found, key=lambda f: f[0])
+    (epoch, it), _, other, ckpt = max(found, key=lambda f: f[:2])  # furthest; of equals, the newest
     logger.warning(
         f"{damaged}; resuming instead from {other}, the checkpoint of {path.parent} furthest in training "
         f"(epoch {epoch + 1}, iteration {it})"

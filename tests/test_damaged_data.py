@@ -1,0 +1,240 @@
+"""Nothing silent: damaged images, inconsistent annotations and full disks, each planted in a small set made
+here and met with the tools as typed (docs/datasets.md, "Damaged and inconsistent data"). check_dataset
+runs as its own process, so that what C libraries print on its stderr is seen too; training runs in this
+process (helpers.run_tool_here: the exit code and stderr of a fresh one)."""
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from helpers import run_tool_here
+from test_image_io import _bomb_png
+
+from yolox_fast.utils.checkpoint import load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
+TINY = {
+    "input_size": "(64,64)",
+    "test_size": "(64,64)",
+    "random_size": "(2,2)",
+    "data_num_workers": "0",
+    "max_epoch": "1",
+    "no_aug_epochs": "0",
+    "warmup_epochs": "0",
+    "eval_interval": "1",
+    "seed": "0",
+    "mosaic_prob": "0.0",  # every training sample reads its own image: a damaged one is met in the epoch
+    "save_eval_report": "false",
+}
+
+
+def train(desc: Path, out: Path, *flags, **overrides):
+    pairs = {"dataset": desc, "output_dir": out, **TINY, **overrides}
+    opts = [str(x) for kv in pairs.items() for x in kv]
+    return run_tool_here("train", "-f", EXP, "-expn", "run", "-b", "2", "-l", "none", *flags, *opts)
+
+
+def last_line(done) -> str:
+    return (done.stderr.strip().splitlines() or [""])[-1]
+
+
+class Messy:
+    """A writable copy of the tiny COCO set whose train split is edited one planted problem at a time."""
+
+    def __init__(self, tiny_shapes_coco: dict, folder: Path) -> None:
+        self.root = folder / "data"
+        shutil.copytree(tiny_shapes_coco["root"], self.root)
+        self.desc = folder / "data.json"
+        cfg = json.loads(Path(tiny_shapes_coco["config"]).read_text())
+        self.desc.write_text(json.dumps({**cfg, "root": str(self.root)}))
+        self.ann_file = self.root / "annotations" / "instances_train2017.json"
+        self.ann = json.loads(self.ann_file.read_text())
+        self.images = self.root / "train2017"
+
+    def save(self) -> None:
+        self.ann_file.write_text(json.dumps(self.ann))
+
+    def truncate(self, name: str) -> Path:
+        path = self.images / name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        return path
+
+    def empty(self, name: str) -> Path:
+        path = self.images / name
+        path.write_bytes(b"")
+        return path
+
+    def duplicate_image_id(self) -> str:
+        first = self.ann["images"][0]
+        shutil.copy(self.images / first["file_name"], self.images / "copy.jpg")
+        self.ann["images"].append({**first, "file_name": "copy.jpg"})
+        return f"image id {first['id']} is given to 2 images ({first['file_name']}, copy.jpg)"
+
+    def duplicate_annotation_id(self) -> str:
+        a, b = self.ann["annotations"][:2]
+        b["id"] = a["id"]
+        return f"annotation id {a['id']} is given to 2 annotations"
+
+    def misstate_size(self, index: int) -> Path:
+        info = self.ann["images"][index]
+        info["width"], info["height"] = info["width"] * 2, info["height"] * 2
+        return self.images / info["file_name"]
+
+    def transparent_png(self, index: int) -> Path:
+        info = self.ann["images"][index]
+        bgr = cv2.imread(str(self.images / info["file_name"]))
+        alpha = np.full(bgr.shape[:2], 255, np.uint8)
+        alpha[: bgr.shape[0] // 2] = 0
+        (self.images / info["file_name"]).unlink()
+        info["file_name"] = info["file_name"].replace(".jpg", ".png")
+        cv2.imwrite(str(self.images / info["file_name"]), np.dstack([bgr, alpha]))
+        return self.images / info["file_name"]
+
+    def drop_iscrowd(self, index: int) -> int:
+        ann = self.ann["annotations"][index]
+        del ann["iscrowd"]
+        return ann["id"]
+
+    def bomb(self) -> Path:
+        path = _bomb_png(self.images / "bomb.png", 40000, 40000)
+        self.ann["images"].append({"id": 9999, "file_name": "bomb.png", "width": 40000, "height": 40000})
+        return path
+
+
+@pytest.fixture
+def messy(tiny_shapes_coco, tmp_path) -> Messy:
+    return Messy(tiny_shapes_coco, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ check_dataset
+@pytest.mark.slow
+def test_check_dataset_lists_every_case_by_file_and_prints_no_bare_library_line(messy, tmp_path):
+    truncated = messy.truncate("000003.jpg")
+    empty = messy.empty("000004.jpg")
+    same_image_id = messy.duplicate_image_id()
+    same_ann_id = messy.duplicate_annotation_id()
+    resized = messy.misstate_size(6)
+    transparent = messy.transparent_png(7)
+    no_crowd = messy.drop_iscrowd(5)
+    bomb = messy.bomb()
+    messy.save()
+    cmd = [sys.executable, str(REPO / "tools" / "check_dataset.py"), "--dataset", str(messy.desc),
+           "--output", str(tmp_path / "check"), "--samples", "2", "input_size", "(64,64)"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's package, whichever one is installed
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    expected = {
+        "ERROR   [train] truncated image: 1": f"{truncated}: truncated",
+        "ERROR   [train] empty image file: 1": f"{empty}: the file is empty (0 bytes)",
+        "ERROR   [train] duplicate image id: 1": same_image_id,
+        "ERROR   [train] duplicate annotation id: 1": same_ann_id,
+        "ERROR   [train] image too large: 1": f"{bomb}: 40000x40000 pixels",
+        "WARNING [train] image size differs from its annotation: 1": f"{resized}: the file is 128x128, ",
+        "WARNING [train] image with transparency: 1": f"{transparent}: has an alpha channel",
+        "WARNING [train] annotation without `iscrowd`: 1": f"(first: annotation id {no_crowd})",
+    }
+    for kind, example in expected.items():
+        assert kind in out and example in out, f"{kind}\n{out}"
+    for bare in ("Premature end", "libpng", "Corrupt JPEG", "DecompressionBomb", "Traceback"):
+        assert bare not in done.stderr, done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------ training
+@pytest.mark.slow
+def test_training_skips_a_truncated_image_by_name_counts_it_and_reads_the_rest_right(messy, tmp_path):
+    truncated = messy.truncate("000003.jpg")
+    resized = messy.misstate_size(6)
+    messy.transparent_png(7)
+    messy.drop_iscrowd(5)
+    messy.save()
+    done = train(messy.desc, tmp_path / "out", max_corrupt_fraction="0.1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    named = [line for line in done.stderr.splitlines() if f"{truncated}: truncated" in line]
+    assert len(named) == 1 and "skipped (1 of 24 images" in named[0], named  # one warning, at first sight
+    assert f"epoch 1/1 finished; 1 damaged images skipped (first: {truncated})" in done.stderr
+    assert f"{resized}: the file is 128x128, {messy.ann_file} says 256x256" in done.stderr
+    assert "1 annotations have no `iscrowd`" in done.stderr
+    assert (tmp_path / "out" / "run" / "latest_ckpt.pth").is_file()
+
+
+@pytest.mark.slow
+def test_more_damage_than_max_corrupt_fraction_stops_in_one_line_not_a_worker_traceback(messy, tmp_path):
+    empty = messy.empty("000004.jpg")
+    done = train(messy.desc, tmp_path / "out", data_num_workers="2")  # default: 1% of 24 images
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last_line(done).startswith("error: ") and "1 of its 24 images are damaged" in last_line(done)
+    assert "max_corrupt_fraction 0.01" in last_line(done) and str(empty) in last_line(done)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", ["duplicate_image_id", "duplicate_annotation_id"])
+def test_duplicate_ids_stop_training_at_the_start_naming_them(messy, tmp_path, plant):
+    said = getattr(messy, plant)()
+    messy.save()
+    done = train(messy.desc, tmp_path / "out")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert said in last_line(done) and str(messy.ann_file) in last_line(done)
+    assert not (tmp_path / "out" / "run" / "latest_ckpt.pth").exists()
+
+
+# ------------------------------------------------------------------------------------------ full disks
+@pytest.mark.slow
+def test_a_full_disk_keeps_the_last_checkpoint_and_a_damaged_one_gives_way_to_the_last_good(
+    messy, tmp_path, monkeypatch
+):
+    out = tmp_path / "out"
+    assert train(messy.desc, out, save_history_ckpt="true").returncode == 0
+    run = out / "run"
+    latest = run / "latest_ckpt.pth"
+    before = latest.read_bytes()
+
+    def disk_full(obj, f, *args, **kwargs):  # what a full disk does to the write
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", disk_full)
+        done = train(messy.desc, out, "--resume", max_epoch="2")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "no space left on" in last_line(
+        done
+    ) and "the previous latest_ckpt.pth, if any, is intact" in last_line(done)
+    assert latest.read_bytes() == before and not list(run.glob(".*.tmp"))
+
+    latest.write_bytes(before[: len(before) // 3])  # damaged, as by a copy cut short
+    done = train(messy.desc, out, "--resume", max_epoch="2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"cannot read checkpoint {latest}" in done.stderr
+    assert f"resuming instead from {run}/" in done.stderr and "(epoch 2, iteration 0)" in done.stderr
+    assert load_checkpoint(latest)["start_epoch"] == 2
+
+
+def test_a_cache_folder_that_fills_up_mid_build_is_cleaned_and_said(tiny_shapes_coco, tmp_path, monkeypatch):
+    from yolox_fast.data.build import build_train_dataset
+    from yolox_fast.exp import get_exp
+
+    exp = get_exp(EXP)
+    exp.merge(["dataset", tiny_shapes_coco["config"], "input_size", "(64,64)"])
+    exp.cache_dir, exp.cache_strict = str(tmp_path / "cache"), True
+
+    def full(self):  # the data written back as the disk runs out
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np.memmap, "flush", full)
+    with pytest.raises(
+        OSError, match=r"disk cache: .*cache filled up while .*\.bin was written .* partial file is removed"
+    ):
+        build_train_dataset(exp, cache="disk")
+    assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
+    exp.cache_strict = False  # not strict: the run goes on without a cache
+    assert build_train_dataset(exp, cache="disk").cache is None
