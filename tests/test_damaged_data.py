@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import run_tool_here
+from helpers import exp_for, run_tool_here
 from test_image_io import _bomb_png
 
 from yolox_fast.utils.checkpoint import load_checkpoint
@@ -147,6 +147,59 @@ def test_check_dataset_lists_every_case_by_file_and_prints_no_bare_library_line(
         assert kind in out and example in out, f"{kind}\n{out}"
     for bare in ("Premature end", "libpng", "Corrupt JPEG", "DecompressionBomb", "Traceback"):
         assert bare not in done.stderr, done.stderr[-2000:]
+
+
+def _copy_description(src: dict, dst: Path) -> Path:
+    shutil.copytree(src["root"], dst)
+    desc = json.loads((dst / "dataset.json").read_text())
+    (dst / "dataset.json").write_text(json.dumps({**desc, "root": str(dst)}))
+    return dst / "dataset.json"
+
+
+def _check_in_process(description: Path, out: Path):
+    from yolox_fast.data.check import check_dataset
+
+    return check_dataset(exp_for(str(description)), out, samples=2).problems["train"]
+
+
+def test_voc_sizes_shared_images_and_damage_are_listed_by_file(tiny_shapes_voc, tmp_path):
+    desc = _copy_description(tiny_shapes_voc, tmp_path / "voc")
+    voc = tmp_path / "voc" / "VOC2007"
+    xml = voc / "Annotations" / "train_000001.xml"
+    xml.write_text(xml.read_text().replace("<width>128</width>", "<width>300</width>"))
+    shutil.copy(voc / "Annotations" / "train_000002.xml", voc / "Annotations" / "train_copy.xml")
+    with open(voc / "ImageSets" / "Main" / "train.txt", "a") as f:
+        f.write("train_copy\n")
+    cut = voc / "JPEGImages" / "train_000003.jpg"
+    cut.write_bytes(cut.read_bytes()[:500])
+    train = _check_in_process(desc, tmp_path / "out")
+    said = train.first("image size differs from its annotation")
+    assert said.startswith(
+        f"{voc / 'JPEGImages' / 'train_000001.jpg'}: the file is 128x128, {xml} says 300x128"
+    )
+    assert f"{voc / 'JPEGImages' / 'train_000002.jpg'} is the image of 2 VOC annotations" in train.first(
+        "image shared by annotations"
+    )
+    assert train.first("truncated image").startswith(f"{cut}: truncated")
+
+
+def test_yolo_damage_is_listed_by_kind_as_for_any_other_format(tiny_shapes_coco, tmp_path):
+    from yolox_fast.data.config import load_dataset_config
+    from yolox_fast.data.datasets.coco import COCODataset
+    from yolox_fast.data.datasets.yolo import write_yolo_dataset
+
+    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    splits = {s: COCODataset(cfg["root"], cfg[s]["images"], cfg[s]["ann"]) for s in ("train", "val")}
+    data_yaml = write_yolo_dataset(tmp_path / "yolo", splits)
+    images = sorted((tmp_path / "yolo" / "images" / "train").iterdir())
+    images[0].unlink()  # hard-linked to the shared set: replaced, not written through
+    images[0].write_bytes(b"")
+    cut = images[1].read_bytes()
+    images[1].unlink()
+    images[1].write_bytes(cut[: len(cut) // 2])
+    train = _check_in_process(data_yaml, tmp_path / "out")
+    assert train.first("empty image file") == f"{images[0]}: the file is empty (0 bytes)"
+    assert train.first("truncated image").startswith(f"{images[1]}: truncated")
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -356,10 +356,8 @@ class YOLODataset(DetectionDataset):
             labels_file = label_path(file)
             labels, lines = parse_label_file(labels_file, num_classes, line_log, keypoints)
             if isinstance(size, str):
-                if problems.collect:
-                    problems.error("unreadable image", f"{split}: cannot read image {file}: {size}")
-                    continue
-                # kept without boxes (its labels cannot be placed) and marked damaged once the split exists
+                # kept without boxes (its labels cannot be placed) and marked damaged once the split exists;
+                # the checker names its damage by kind where it reads the image, as for any other format
                 self._unreadable[file] = size
                 labels, lines, size = labels[:0], [], (1, 1)
             if size is None:  # missing: DetectionDataset drops it (or stops, naming it)
