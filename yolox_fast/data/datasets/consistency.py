@@ -19,10 +19,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import imagesize
 from loguru import logger
 
 from yolox_fast.data.datasets.problems import WARNING, DatasetProblems
 from yolox_fast.data.image_io import HEADER_THREADS, header_sizes
+
+HEADER_CHUNK = 256  # headers a thread reads per task: one task per header costs as much as the header
 
 
 def repeated(values: Sequence) -> dict:
@@ -88,9 +91,20 @@ def differs(declared: tuple[int, int], upright: tuple[int, int], stored: tuple[i
     return tuple(declared) not in (tuple(upright), tuple(stored))
 
 
-def read_header(path: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+def read_header(
+    path: str, declared: tuple[int, int] | None = None
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """`image_io.header_sizes` of `path`, None if it is missing or unreadable (the dataset says so where
-    it reads the image)."""
+    it reads the image). Where the stored size is the `declared` (h, w) that settles it, read by
+    imagesize alone (11 us a JPEG here, against 49 us for Pillow's EXIF-aware header: what a COCO-sized
+    set pays at every start)."""
+    if declared is not None:
+        try:
+            width, height = imagesize.get(path)
+        except (OSError, ValueError):
+            width = height = -1
+        if (height, width) == tuple(declared):
+            return declared, declared
     try:
         return header_sizes(path)
     except (OSError, ValueError):
@@ -142,8 +156,10 @@ def file_sizes(
 ) -> list[tuple[int, int] | None]:
     """`fitted_size` of every (file, declared width, declared height) of `entries`, headers read in
     parallel, mismatches said in one line."""
+    jobs = [(file, (int(h), int(w)) if w and h else None) for file, w, h in entries]
+    chunks = [jobs[i : i + HEADER_CHUNK] for i in range(0, len(jobs), HEADER_CHUNK)]
     with ThreadPoolExecutor(HEADER_THREADS) as pool:
-        headers = list(pool.map(read_header, [file for file, _, _ in entries]))
+        headers = [h for chunk in pool.map(lambda c: [read_header(*job) for job in c], chunks) for h in chunk]
     sizes, mismatched = [], []
     for (file, width, height), header in zip(entries, headers):
         size, message = fitted_size(file, width, height, header, where, problems)

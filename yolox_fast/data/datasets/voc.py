@@ -285,7 +285,8 @@ class VOCDetection(DetectionDataset):
         if size is not None and size.findtext("width"):
             width, height = int(float(size.findtext("width"))), int(float(size.findtext("height")))
         # some exports omit <size> or write 0: the image header gives it
-        fitted, mismatch = fitted_size(img_file, width, height, read_header(img_file), xml_path, problems)
+        header = read_header(img_file, (height, width) if width > 0 and height > 0 else None)
+        fitted, mismatch = fitted_size(img_file, width, height, header, xml_path, problems)
         if fitted is None:
             problems.error(
                 "unreadable image",
