@@ -39,23 +39,19 @@ def check_coco_ids(
 ) -> None:
     """Duplicate image ids (naming their files) and duplicate annotation ids (naming their images) of a
     COCO file `where`: errors."""
-    files = defaultdict(list)
-    for img in images:
-        files[img.get("id")].append(img.get("file_name"))
     for img_id, n in repeated([img.get("id") for img in images]).items():
+        files = [str(img.get("file_name")) for img in images if img.get("id") == img_id]
         problems.error(
             "duplicate image id",
-            f"{where}: image id {img_id} is given to {n} images ({', '.join(map(str, files[img_id][:3]))}): "
-            "their boxes would be mixed on one of them and the others never read",
+            f"{where}: image id {img_id} is given to {n} images ({', '.join(files[:3])}): their boxes would "
+            "be mixed on one of them and the others never read",
         )
-    owners = defaultdict(list)
-    for ann in annotations:
-        owners[ann.get("id")].append(ann.get("image_id"))
     for ann_id, n in repeated([ann.get("id") for ann in annotations]).items():
+        owners = [str(ann.get("image_id")) for ann in annotations if ann.get("id") == ann_id]
         problems.error(
             "duplicate annotation id",
             f"{where}: annotation id {ann_id} is given to {n} annotations (of image ids "
-            f"{', '.join(map(str, owners[ann_id][:3]))}): one box would be lost and another doubled",
+            f"{', '.join(owners[:3])}): one box would be lost and another doubled",
         )
 
 
