@@ -15,8 +15,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import exp_for, run_tool_here
-from test_image_io import _bomb_png
+from helpers import bomb_png, exp_for, run_tool_here
 
 from yolox_fast.utils.checkpoint import load_checkpoint
 
@@ -105,7 +104,7 @@ class Messy:
         return ann["id"]
 
     def bomb(self) -> Path:
-        path = _bomb_png(self.images / "bomb.png", 40000, 40000)
+        path = bomb_png(self.images / "bomb.png", 40000, 40000)
         self.ann["images"].append({"id": 9999, "file_name": "bomb.png", "width": 40000, "height": 40000})
         return path
 
@@ -202,6 +201,22 @@ def test_yolo_damage_is_listed_by_kind_as_for_any_other_format(tiny_shapes_coco,
     assert train.first("truncated image").startswith(f"{images[1]}: truncated")
 
 
+def test_training_evaluation_and_the_demo_see_one_transparent_image_alike(messy, log_lines):
+    from yolox_fast.core.demo import _read_batches
+    from yolox_fast.data.datasets.coco import COCODataset
+
+    png = messy.transparent_png(7)
+    cut = messy.truncate("000003.jpg")
+    messy.save()
+    dataset = COCODataset(str(messy.root), "train2017", messy.ann_file.name, img_size=(128, 128))
+    index = [r.file for r in dataset.records].index(str(png))
+    trained = dataset.load_image(index)  # what training resizes and evaluation letterboxes
+    assert (trained[:64] == 114).all() and trained[64:].std() > 0  # the transparent half is grey
+    names, images = next(_read_batches([png, cut], 4))
+    assert names == [png] and np.array_equal(images[0], trained)  # the demo: the same pixels
+    assert any(f"cannot read image {cut}: {cut}: truncated" in line for line in log_lines)
+
+
 # ------------------------------------------------------------------------------------------ training
 @pytest.mark.slow
 def test_training_skips_a_truncated_image_by_name_counts_it_and_reads_the_rest_right(messy, tmp_path):
@@ -238,6 +253,22 @@ def test_duplicate_ids_stop_training_at_the_start_naming_them(messy, tmp_path, p
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert said in last_line(done) and str(messy.ann_file) in last_line(done)
     assert not (tmp_path / "out" / "run" / "latest_ckpt.pth").exists()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_pool_what_their_workers_found_and_stop_together(messy, tmp_path):
+    """Two processes: the damage one rank meets counts for both, and both stop at the epoch's end."""
+    empty = messy.empty("000004.jpg")
+    pairs = {"dataset": messy.desc, "output_dir": tmp_path / "out", **TINY, "max_corrupt_fraction": "0.0"}
+    cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-f", EXP, "-d", "2", "-expn", "run", "-b", "4",
+           "-l", "none", *(str(x) for kv in pairs.items() for x in kv)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode != 0
+    assert f"1 of its 24 images are damaged, more than max_corrupt_fraction 0 allows (first: {empty})" in (
+        done.stderr
+    ), done.stderr[-3000:]
+    assert "epoch 1/1 finished" not in done.stderr  # decided before the epoch is reported done
 
 
 # ------------------------------------------------------------------------------------------ full disks

@@ -2,13 +2,12 @@
 name before any decoder prints a bare line; alpha is composited on the letterbox grey; headers give sizes."""
 
 import os
-import struct
-import zlib
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from helpers import bomb_png
 
 from yolox_fast.data.image_io import (
     ALPHA_BACKGROUND,
@@ -29,20 +28,6 @@ def _photo(h: int = 96, w: int = 128) -> np.ndarray:
 
 def _jpeg(path: Path, img: np.ndarray | None = None) -> Path:
     cv2.imwrite(str(path), _photo() if img is None else img)
-    return path
-
-
-def _png_chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _bomb_png(path: Path, width: int, height: int) -> Path:
-    """A PNG whose header says width x height (8-bit gray) with only one row of data: its size is all a
-    reader may look at."""
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    row = zlib.compress(b"\x00" * (width + 1))
-    png = b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", row)
-    path.write_bytes(png + _png_chunk(b"IEND", b""))
     return path
 
 
@@ -98,7 +83,7 @@ def test_empty_and_garbage_files_are_refused_with_their_reason(tmp_path, content
 
 
 def test_a_decompression_bomb_is_refused_with_its_size_before_decoding(tmp_path):
-    path = _bomb_png(tmp_path / "bomb.png", 40000, 40000)
+    path = bomb_png(tmp_path / "bomb.png", 40000, 40000)
     assert 40000 * 40000 > MAX_IMAGE_PIXELS
     with pytest.raises(CorruptImageError, match="bomb.png: 40000x40000 pixels") as err:
         read_image(str(path))
