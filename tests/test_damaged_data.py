@@ -303,6 +303,47 @@ def test_a_full_disk_keeps_the_last_checkpoint_and_a_damaged_one_gives_way_to_th
     assert load_checkpoint(latest)["start_epoch"] == 2
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A mount point for a tmpfs of the size the test gives (`mount(size_bytes) -> Path`); skips the test
+    where this process may not mount (not root, or a container without CAP_SYS_ADMIN)."""
+    point = tmp_path / "tmpfs"
+    point.mkdir()
+    mounted = []
+
+    def mount(size: int) -> Path:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "none", str(point)], capture_output=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for m in mounted:
+        subprocess.run(["umount", str(m)], check=True)
+
+
+@pytest.mark.slow
+def test_a_real_full_file_system_keeps_the_last_checkpoint(messy, tmp_path, small_tmpfs):
+    """The same on a real file system too small for one more checkpoint: a tmpfs holding the run's files
+    and half a checkpoint more."""
+    assert train(messy.desc, tmp_path / "out").returncode == 0
+    run = tmp_path / "out" / "run"
+    files = sum(p.stat().st_size for p in run.iterdir())
+    disk = small_tmpfs(files + (run / "latest_ckpt.pth").stat().st_size // 2)
+    shutil.copytree(run, disk / "run")
+    before = (disk / "run" / "latest_ckpt.pth").read_bytes()
+    done = train(messy.desc, disk, "--resume", max_epoch="2")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert last_line(done).startswith(
+        f"error: [Errno {errno.ENOSPC}] no space left on {disk / 'run'} while writing"
+    )
+    assert (disk / "run" / "latest_ckpt.pth").read_bytes() == before
+    assert not [p for p in (disk / "run").iterdir() if p.name.endswith(".tmp")]
+
+
 def test_a_cache_folder_that_fills_up_mid_build_is_cleaned_and_said(tiny_shapes_coco, tmp_path, monkeypatch):
     from yolox_fast.data.build import build_train_dataset
     from yolox_fast.exp import get_exp
