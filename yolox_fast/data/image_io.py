@@ -11,7 +11,12 @@ so they agree on what an image is (docs/datasets.md, "Damaged and inconsistent d
   detector should be fed whole) is refused with its size, before a byte of it is decoded;
 - an alpha channel (PNG, WebP) is composited over ALPHA_BACKGROUND, the letterbox grey: what is
   transparent reads as the padding the model already knows as "no image", never as the colour hidden
-  under it.
+  under it (such an image is read as stored: OpenCV's alpha-keeping decode ignores an EXIF orientation,
+  which PNG and WebP files rarely carry).
+
+What stays out of reach through OpenCV: a JPEG that ends whole but has damaged bytes inside decodes with
+libjpeg's "Corrupt JPEG data" line and no result to test, and a PNG whose data fails its checksum prints
+libpng's error line before `read_image` names the file.
 
 `header_sizes` and `image_size` read sizes from headers only (a fraction of a millisecond each).
 """
