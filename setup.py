@@ -60,6 +60,7 @@ setup(
         "psutil",
         "pyyaml",  # Ultralytics data.yaml dataset descriptions
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
+        "imagesize",  # the size of an image too large for Pillow to open (a decompression bomb), to refuse it
     ],
     extras_require={
         # the trackers' tests run W&B (offline) and MLflow (SQLite, a local server) for real

@@ -5,9 +5,11 @@ import importlib.util
 import io
 import os
 import runpy
+import struct
 import subprocess
 import sys
 import traceback
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,3 +130,17 @@ def exp_for(dataset: str, /, **fields) -> Exp:
     for key, value in fields.items():
         setattr(exp, key, value)
     return exp
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def bomb_png(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header says width x height (8-bit gray) with only one row of data: its size is all a
+    reader may look at."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    row = zlib.compress(b"\x00" * (width + 1))
+    png = b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", row)
+    path.write_bytes(png + _png_chunk(b"IEND", b""))
+    return path

@@ -9,7 +9,6 @@ import pytest
 from helpers import exp_for, run_tool_here
 
 from yolox_fast.data.config import load_dataset_config
-from yolox_fast.data.datasets.base import CorruptImageError
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import (
     MARKER,
@@ -163,15 +162,15 @@ def test_missing_image_names_the_file(coco_copy):
     assert len(_reload(root, ann_path, ann, skip_corrupt=True)) == len(ann["images"]) - 1
 
 
-def test_undecodable_image_names_the_file_or_is_skipped_and_counted(coco_copy, log_lines):
+def test_undecodable_image_is_skipped_named_and_marked_damaged(coco_copy, log_lines):
     root, ann_path, ann = coco_copy
     (root / "train2017" / "000001.jpg").write_bytes(b"not a jpeg")
-    with pytest.raises(CorruptImageError, match="000001.jpg"):
-        _reload(root, ann_path, ann).pull_item(0)
-    ds = _reload(root, ann_path, ann, skip_corrupt=True)
+    ds = _reload(root, ann_path, ann)
     img, _labels, _, img_id = ds.pull_item(0)
-    assert img_id == 2 and ds.corrupt_skipped == 1
-    assert any("000001.jpg" in line and "skipped" in line for line in log_lines)
+    assert img_id == 2 and ds.damaged.count() == 1 and 0 in ds.damaged
+    assert [line for line in log_lines if "000001.jpg" in line and "skipped" in line]
+    ds.pull_item(0)  # known damaged: neither decoded nor warned about again
+    assert len([line for line in log_lines if "000001.jpg" in line]) == 1
     img, target, _, _ = ds[0]  # eval: a blank canvas, its ground truth kept
     assert (img == 114).all() and len(target) == len(ds.records[0].boxes)
 

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 from loguru import logger
 
+from yolox_fast.data.image_io import CorruptImageError, read_image
 from yolox_fast.inference import Predictor
 from yolox_fast.utils.visualize import draw_detections
 
@@ -52,9 +53,10 @@ def _read_batches(paths: Sequence[Path], batch_size: int) -> Iterator[tuple[list
     names: list[Path] = []
     images: list[np.ndarray] = []
     for path in paths:
-        img = cv2.imread(str(path))
-        if img is None:
-            logger.warning(f"cannot read image {path}: skipped")
+        try:
+            img = read_image(str(path))  # decoded as training and evaluation decode (alpha on grey)
+        except (CorruptImageError, OSError) as err:
+            logger.warning(f"cannot read image {path}: {err}; skipped")
             continue
         names.append(path)
         images.append(img)

@@ -37,6 +37,7 @@ from yolox_fast.utils.amp import amp_dtype, autocast
 from yolox_fast.utils.checkpoint import (
     load_checkpoint,
     load_model_weights,
+    load_resume_checkpoint,
     restart_count,
     resume_checkpoint_path,
     save_checkpoint,
@@ -228,6 +229,9 @@ class Trainer:
             cache_img=self.args.cache,
         )
         self.class_names = tuple(self.train_loader.images.class_names)
+        # images found damaged so far (cache build, unreadable headers) may stop the run before its first step
+        self.max_damaged = None if self.exp.skip_corrupt_images else self.exp.max_corrupt_fraction
+        self._check_damaged_images()
         if self.finetune_from and self.exp.refit_folded_bn and has_folded_bn(model):
             refit_finetune_weights(
                 model, self.train_loader.images, self.device, self.memory_format, self.finetune_from
@@ -309,7 +313,9 @@ class Trainer:
         self._finished = (done, 0)
         if self.exp.save_history_ckpt:
             self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
-        logger.info(f"epoch {done}/{self.max_epoch} finished")
+        self._check_damaged_images(every_rank=True)
+        damaged = self.train_loader.images.damaged.summary()
+        logger.info(f"epoch {done}/{self.max_epoch} finished" + (f"; {damaged}" if damaged else ""))
         if self.exp.compile:
             logger.info(f"torch.compile so far: {compile_stats()}")
         improved, ap = False, None
@@ -443,7 +449,9 @@ class Trainer:
                 logger.info(f"fine-tuning from {self.args.ckpt}")
                 self.finetune_from = self.args.ckpt
             return None
-        ckpt = load_checkpoint(path, map_location=self.device)
+        # the run's own latest_ckpt.pth, when damaged, gives way to the newest good checkpoint of the run
+        latest = os.path.join(self.run_dir, "latest_ckpt.pth")
+        path, ckpt = load_resume_checkpoint(path, map_location=self.device, fall_back=path == latest)
         model.load_state_dict(ckpt.get("raw_model") or ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self._load_scaler_state(ckpt.get("scaler") or {}, path)
@@ -488,10 +496,29 @@ class Trainer:
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next batch on the device: images uint8 from the loader, float32 0-255 from here on."""
-        imgs, targets = next(self.batches)[:2]
+        try:
+            imgs, targets = next(self.batches)[:2]
+        except Exception:
+            # a worker that found no decodable image left: the damaged images' count says why, in one line
+            self._check_damaged_images()
+            raise
+        self._check_damaged_images()
         nb = self.device.type == "cuda"  # non-blocking copies from pinned memory
         imgs = imgs.to(self.device, non_blocking=nb).float().contiguous(memory_format=self.memory_format)
         return imgs, targets.to(self.device, non_blocking=nb)
+
+    def _check_damaged_images(self, every_rank: bool = False) -> None:
+        """Stop (TooManyDamagedImages, one line) when more of the training split is damaged than
+        exp.max_corrupt_fraction allows. Under DDP the ranks first pool what their workers found
+        (`every_rank`, once an epoch), so that all of them take the same decision."""
+        damaged = self.train_loader.images.damaged
+        if self.is_distributed:
+            if not every_rank:
+                return
+            pooled = damaged.flags.to(self.device)
+            torch.distributed.all_reduce(pooled, op=torch.distributed.ReduceOp.MAX)
+            damaged.flags.copy_(pooled.cpu())
+        damaged.check(self.max_damaged)
 
     def _set_lr(self, progress: int) -> float:
         lr = self.lr_scheduler.update_lr(progress)

@@ -13,6 +13,7 @@ not one per process. One process builds under a file lock; the others wait for i
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -27,7 +28,7 @@ from loguru import logger
 
 from yolox_fast.data.augment import resize_keep_ratio
 from yolox_fast.data.config import datasets_root
-from yolox_fast.data.datasets.base import CorruptImageError
+from yolox_fast.data.image_io import CorruptImageError
 from yolox_fast.utils.dist import get_rank
 from yolox_fast.utils.progress import Progress
 
@@ -154,7 +155,13 @@ def build_cache(
         if cache is None:
             if not _fits(mode, data.parent, shape, strict):  # another process may have taken the room
                 return None
-            cache = _build(dataset, data, sidecar, key, shape, num_threads)
+            try:
+                cache = _build(dataset, data, sidecar, key, shape, num_threads)
+            except OSError as err:
+                if err.errno != errno.ENOSPC:
+                    raise
+                _filled_up(mode, data, sidecar, strict, err)
+                return None
     logger.info(f"{mode} cache: mapped {data} ({cache.nbytes / GIB:.2f} GiB, {len(files)} images)")
     return cache
 
@@ -174,6 +181,25 @@ def _fits(mode: str, folder: Path, shape: tuple[int, int, int, int], strict: boo
         raise RuntimeError(msg)
     logger.warning(f"{msg}; continuing WITHOUT a cache")
     return False
+
+
+def _filled_up(mode: str, data: Path, sidecar: Path, strict: bool, err: OSError) -> None:
+    """The folder filled up while the cache was written (another process took the room after `_fits`):
+    remove what this build wrote, then say so (OSError when `strict`, else a warning and no cache)."""
+    for partial in (
+        data,
+        sidecar,
+        *data.parent.glob(f"{data.name}.tmp-*"),
+        *data.parent.glob(f"{sidecar.name}.tmp-*"),
+    ):
+        partial.unlink(missing_ok=True)
+    msg = (
+        f"{mode} cache: {data.parent} filled up while {data.name} was written ({err.strerror or err}); the "
+        "partial file is removed"
+    )
+    if strict:
+        raise OSError(errno.ENOSPC, msg) from err
+    logger.warning(f"{msg}; continuing WITHOUT a cache")
 
 
 def _report_leftovers(data: Path, name: str) -> None:
@@ -207,9 +233,7 @@ def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int
             try:
                 img, _ = resize_keep_ratio(dataset.load_image(i), shape[1:3])
             except CorruptImageError as err:
-                if not dataset.skip_corrupt:
-                    raise
-                logger.warning(f"{err}; skipped (not cached)")
+                dataset.damaged.mark(i, f"{err} (not cached)")
                 ok[i] = False
                 return
             slots[i, : img.shape[0], : img.shape[1]] = img

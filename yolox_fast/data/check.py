@@ -15,17 +15,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 from loguru import logger
-from PIL import Image
 from tabulate import tabulate
 
 from yolox_fast.data.build import build_checked_dataset, dataset_config
 from yolox_fast.data.datasets.base import DetectionDataset
 from yolox_fast.data.datasets.problems import ERROR, WARNING, DatasetProblems
-from yolox_fast.data.datasets.yolo import image_size
+from yolox_fast.data.image_io import (
+    ALPHA_BACKGROUND,
+    MAX_IMAGE_PIXELS,
+    CorruptImageError,
+    has_alpha,
+    header_sizes,
+    image_size,
+    native_stderr_lines,
+    read_image,
+)
 from yolox_fast.utils.boxes import bboxes_iou
 
 SPLITS = ("train", "val")
@@ -130,47 +137,63 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def check_images(dataset: DetectionDataset, problems: DatasetProblems, decode: bool = True) -> None:
-    """Open every image of `dataset`: one that cannot be read is an error, one whose size differs
-    from its annotation a warning. `decode=False` reads headers only (fast; a truncated file body
-    then goes unnoticed)."""
+# how check_images names each kind of damage `image_io.read_image` refuses
+DAMAGE_KINDS = {
+    "empty": "empty image file",
+    "truncated": "truncated image",
+    "undecodable": "unreadable image",
+    "too large": "image too large",
+}
 
-    def size(path: str) -> tuple[int, int] | None:
-        """(h, w) as OpenCV decodes the file (turned upright by its EXIF orientation)."""
+
+def _read(path: str, decode: bool) -> tuple[tuple[int, int] | None, CorruptImageError | None]:
+    """((h, w) as training reads the file, None) or (None, why it cannot be used)."""
+    try:
         if decode:
-            img = cv2.imread(path, cv2.IMREAD_COLOR)
-            return None if img is None else img.shape[:2]
-        try:
-            return image_size(path)
-        except (OSError, ValueError):
-            return None
+            return read_image(path).shape[:2], None
+        if os.path.getsize(path) == 0:
+            raise CorruptImageError(f"{path}: the file is empty (0 bytes)", "empty")
+        h, w = image_size(path)
+    except CorruptImageError as err:
+        return None, err
+    except (OSError, ValueError) as err:
+        return None, CorruptImageError(f"{path}: cannot be opened ({err})")
+    if h * w > MAX_IMAGE_PIXELS:
+        return None, CorruptImageError(f"{path}: {w}x{h} pixels, more than {MAX_IMAGE_PIXELS}", "too large")
+    return (h, w), None
 
-    with ThreadPoolExecutor(READ_THREADS) as pool:
-        sizes = list(pool.map(size, dataset.image_files()))
-    for rec, hw in zip(dataset.records, sizes):
+
+def check_images(dataset: DetectionDataset, problems: DatasetProblems, decode: bool = True) -> None:
+    """Read every image of `dataset` as training does (`image_io.read_image`): an empty, truncated,
+    undecodable or oversized one is an error of its kind; one whose size differs from its annotation, or
+    with transparency (composited on grey), a warning. `decode=False` reads headers only (fast; a
+    truncated file body then goes unnoticed). What the decoding libraries print themselves is kept off
+    the terminal and listed as a warning of its own."""
+    with native_stderr_lines() as printed, ThreadPoolExecutor(READ_THREADS) as pool:
+        results = list(pool.map(lambda path: _read(path, decode), dataset.image_files()))
+    for rec, (hw, err) in zip(dataset.records, results):
         annotated = (rec.height, rec.width)
-        if hw is None:
-            problems.error("unreadable image", f"{rec.file}: cannot be {'decoded' if decode else 'opened'}")
-        elif tuple(hw) == annotated[::-1] != annotated and _stored_size(rec.file) == annotated:
+        if err is not None:
+            problems.error(DAMAGE_KINDS[err.reason], str(err))
+            continue
+        if has_alpha(rec.file):
+            problems.note(
+                "image with transparency",
+                f"{rec.file}: has an alpha channel: transparent pixels read as grey {ALPHA_BACKGROUND[0]}",
+            )
+        if tuple(hw) == annotated[::-1] != annotated and header_sizes(rec.file)[1] == annotated:
             problems.note(
                 "image stored sideways, annotated as stored",
                 f"{rec.file}: EXIF turns it to {hw[1]}x{hw[0]}, its boxes are drawn on the {rec.width}x"
                 f"{rec.height} pixels as stored (as LabelImg does): training and evaluation read it so",
             )
-        elif tuple(hw) != (rec.height, rec.width):
+        elif tuple(hw) != annotated:
             problems.note(
                 "image size differs from its annotation",
                 f"{rec.file}: the file is {hw[1]}x{hw[0]}, the annotation says {rec.width}x{rec.height}",
             )
-
-
-def _stored_size(path: str) -> tuple[int, int] | None:
-    """(h, w) of the pixels as stored, before any EXIF orientation."""
-    try:
-        with Image.open(path) as img:
-            return img.size[1], img.size[0]
-    except (OSError, ValueError):
-        return None
+    for line in printed:
+        problems.note("decoder message", f"an image library printed, while the images were read: {line!r}")
 
 
 def _box(b: np.ndarray) -> str:

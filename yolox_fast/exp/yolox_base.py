@@ -52,7 +52,8 @@ class Exp(BaseExp):
         "test_ann": str, "class_names": tuple[str, ...] | None, "data_num_workers": int,
         "data_worker_nice": int | None,
         "input_size": SIZE, "multiscale_range": int, "random_size": tuple[int, int] | None,
-        "max_labels": int, "skip_corrupt_images": bool, "cache_dir": str | None, "cache_strict": bool,
+        "max_labels": int, "skip_corrupt_images": bool, "max_corrupt_fraction": float,
+        "cache_dir": str | None, "cache_strict": bool,
         # augmentation
         "mosaic_prob": float, "mixup_prob": float, "hsv_prob": float, "flip_prob": float,
         "degrees": float, "translate": float, "mosaic_scale": RANGE, "enable_mixup": bool,
@@ -121,7 +122,12 @@ class Exp(BaseExp):
         self.multiscale_range = 5
         self.random_size: tuple[int, int] | None = None
         self.max_labels = 120  # labels per image after augmentation; extra ones are dropped (logged once)
-        self.skip_corrupt_images = False  # True: an undecodable image is skipped and counted, not an error
+        # True: a missing image file (or bad YOLO label line) is skipped and counted, not an error; and no
+        # share of damaged images stops the run
+        self.skip_corrupt_images = False
+        # an image that cannot be decoded whole is skipped with one warning and counted; the run stops when
+        # more than this share of the training split is damaged (0: at the first one)
+        self.max_corrupt_fraction = 0.01
         self.cache_dir: str | None = None  # --cache disk writes here (default datasets/.cache/)
         self.cache_strict = False  # True: a cache that does not fit is an error instead of running uncached
 
@@ -229,6 +235,11 @@ class Exp(BaseExp):
             raise ValueError(
                 "exp.data_worker_nice is the niceness loader workers add to their own, 0-19 (0: the training "
                 f"process's priority, 19: the lowest), or None for the default; got {self.data_worker_nice}"
+            )
+        if not 0 <= self.max_corrupt_fraction <= 1:
+            raise ValueError(
+                "exp.max_corrupt_fraction is the share of the training images that may be damaged before the "
+                f"run stops, 0-1; got {self.max_corrupt_fraction}"
             )
         from yolox_fast.evaluators.report import check_report_settings
 

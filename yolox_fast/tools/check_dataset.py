@@ -7,12 +7,14 @@ python tools/check_dataset.py -n yolox-s --dataset datasets/voc.json --output ch
 
 Reads the train and val splits (COCO, VOC or YOLO format) as training would, without training, and
 prints per-split and per-class tables and every problem found, first few of each kind with a count.
-Errors: a missing or undecodable image, an unknown class or category id, a malformed annotation or
-label line, a zero-size box, a class count above exp.num_classes. Warnings: boxes outside their
-image, duplicate boxes (same class, IoU > 0.9), annotations naming no image, classes in one split
-only, boxes box_candidates would drop, images with more boxes than max_labels, sizes that differ
-from the annotation. Writes labels.png and train_batch.png (default folder:
-<output_dir>/<exp_name>/dataset_check/). Exits 1 when it found errors, 0 otherwise.
+Errors: a missing, empty, truncated, undecodable or oversized image, duplicate image or annotation
+ids, an unknown class or category id, a malformed annotation or label line, a zero-size box, a class
+count above exp.num_classes. Warnings: boxes outside their image, duplicate boxes (same class, IoU >
+0.9), annotations naming no image, classes in one split only, boxes box_candidates would drop, images
+with more boxes than max_labels, sizes that differ from the annotation, transparency, a missing
+optional field (docs/datasets.md, "Damaged and inconsistent data"). Writes labels.png and
+train_batch.png (default folder: <output_dir>/<exp_name>/dataset_check/). Exits 1 when it found
+errors, 0 otherwise.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from torch import nn
 __all__ = [
     "load_checkpoint",
     "load_model_weights",
+    "load_resume_checkpoint",
     "model_state_dict",
     "restart_count",
     "resume_checkpoint_path",
@@ -65,6 +66,46 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(ckpt).__name__}, expected a dict")
     return ckpt
+
+
+def load_resume_checkpoint(
+    path: str | os.PathLike, map_location: Any = "cpu", fall_back: bool = False
+) -> tuple[Path, dict[str, Any]]:
+    """(the path resumed from, its checkpoint) for a resume from `path`.
+
+    With `fall_back` (`path` is the run's own latest_ckpt.pth, not one the user named) a damaged
+    `path` is named in a warning and the run continues from the newest readable checkpoint of its
+    folder that can resume it (epoch_N, last_mosaic_epoch or best: the one furthest in training, of
+    equals the newest);
+    when there is none, the CheckpointError says so in one line.
+    """
+    path = Path(path)
+    try:
+        return path, load_checkpoint(path, map_location)
+    except CheckpointError as err:
+        if not fall_back:
+            raise
+        damaged = err
+    found = []
+    for other in sorted(path.parent.glob("*_ckpt.pth")):
+        if other == path:
+            continue
+        try:
+            ckpt = load_checkpoint(other, map_location)
+        except CheckpointError:
+            continue
+        if "optimizer" in ckpt and "start_epoch" in ckpt:
+            found.append(
+                ((int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))), other.stat().st_mtime, other, ckpt)
+            )
+    if not found:
+        raise CheckpointError(f"{damaged}; no other checkpoint in {path.parent} can resume the run") from None
+    (epoch, it), _, other, ckpt = max(found, key=lambda f: f[:2])  # furthest; of equals, the newest
+    logger.warning(
+        f"{damaged}; resuming instead from {other}, the checkpoint of {path.parent} furthest in training "
+        f"(epoch {epoch + 1}, iteration {it})"
+    )
+    return other, ckpt
 
 
 def _corrupt(path: Path, error: Exception) -> CheckpointError:

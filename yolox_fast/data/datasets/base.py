@@ -8,18 +8,17 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 from loguru import logger
 from pycocotools.coco import COCO
 from torch.utils.data import Dataset
 
 from yolox_fast.data.augment import PAD_VALUE, fitted_size, letterbox_chw, resize_keep_ratio
+from yolox_fast.data.datasets.damaged import DamagedImages
 from yolox_fast.data.datasets.problems import ERROR, DatasetProblems
+from yolox_fast.data.image_io import CorruptImageError, read_image
 
-
-class CorruptImageError(RuntimeError):
-    """An image file exists but cannot be decoded."""
+__all__ = ["BoxClipCounter", "CorruptImageError", "DetectionDataset", "ImageRecord", "records_to_coco"]
 
 
 @dataclass
@@ -157,9 +156,10 @@ class DetectionDataset(Dataset):
     """Images with boxes, resized for training (`pull_item`) or letterboxed for evaluation (`__getitem__`).
 
     `img_size` (H, W): training images are resized keeping aspect to fit it (what mosaic and the cache
-    use); evaluation items are letterboxed to it. With `skip_corrupt` an image that cannot be decoded
-    is skipped and counted instead of raising. With a collecting `problems` log (the dataset checker)
-    missing image files are recorded there and left out.
+    use); evaluation items are letterboxed to it. An image that cannot be decoded whole is skipped with
+    one warning and marked in `damaged` (shared with the loader workers; the trainer decides when too
+    many are). With `skip_corrupt` a missing image file is skipped instead of an error. With a collecting
+    `problems` log (the dataset checker) missing image files are recorded there and left out.
     """
 
     _warned_orientation = False
@@ -185,7 +185,7 @@ class DetectionDataset(Dataset):
             raise ValueError(f"{split}: the split has no images")
         self.ids = [r.img_id for r in self.records]
         self.cache = None
-        self.corrupt_skipped = 0
+        self.damaged = DamagedImages(self.image_files(), split)
 
     def _drop_missing(self, records: list[ImageRecord]) -> list[ImageRecord]:
         missing = [r.file for r in records if not os.path.isfile(r.file)]
@@ -232,14 +232,12 @@ class DetectionDataset(Dataset):
         the annotation's size turned by 90 degrees, it is read again as stored, and the boxes fit it.
         """
         rec = self.records[index]
-        img = cv2.imread(rec.file, cv2.IMREAD_COLOR)
-        if img is None:
-            if not os.path.isfile(rec.file):
-                raise FileNotFoundError(f"{self.split}: image file not found: {rec.file}")
-            raise CorruptImageError(f"{self.split}: cannot decode image {rec.file}")
+        if not os.path.isfile(rec.file):
+            raise FileNotFoundError(f"{self.split}: image file not found: {rec.file}")
+        img = read_image(rec.file)
         if img.shape[:2] == (rec.width, rec.height) and rec.width != rec.height:
-            stored = cv2.imread(rec.file, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
-            if stored is not None and stored.shape[:2] == (rec.height, rec.width):
+            stored = read_image(rec.file, ignore_orientation=True)
+            if stored.shape[:2] == (rec.height, rec.width):
                 if not DetectionDataset._warned_orientation:
                     DetectionDataset._warned_orientation = True
                     logger.warning(
@@ -255,7 +253,9 @@ class DetectionDataset(Dataset):
             img = self.cache.get(index)
             if img is not None:
                 return img
-            raise CorruptImageError(f"{self.split}: cannot decode image {self.records[index].file} (cached)")
+            raise CorruptImageError(
+                f"{self.records[index].file}: could not be decoded when the cache was built"
+            )
         return resize_keep_ratio(self.load_image(index), self.img_size)[0]
 
     def load_anno(self, index: int) -> np.ndarray:
@@ -266,12 +266,6 @@ class DetectionDataset(Dataset):
         labels[:, :4] = rec.boxes * r
         labels[:, 4] = rec.classes
         return labels
-
-    def _note_corrupt(self, err: CorruptImageError) -> None:
-        if not self.skip_corrupt:
-            raise err
-        self.corrupt_skipped += 1
-        logger.warning(f"{err}; skipped ({self.corrupt_skipped} corrupt images skipped in this process)")
 
     def resized_size(self, index: int) -> tuple[int, int]:
         """(h, w) of `load_resized_img(index)`, from the annotation's image size (nothing is decoded)."""
@@ -284,7 +278,7 @@ class DetectionDataset(Dataset):
         """(resized uint8 image (a private copy: augmentations write into it), labels (K, 5),
         (orig h, orig w), img_id).
 
-        With skip_corrupt, an undecodable image is replaced by the next decodable one.
+        A damaged image is replaced by the next decodable one (and marked in `damaged`).
         `with_image=False`: the image is None and not read (a mosaic tile the warp never samples);
         the rest is that of `index` itself.
         """
@@ -293,12 +287,14 @@ class DetectionDataset(Dataset):
             return None, self.load_anno(index), (rec.height, rec.width), rec.img_id
         for offset in range(len(self)):
             i = (index + offset) % len(self)
+            if i in self.damaged:  # known already: not decoded again
+                continue
             try:
                 img = self.load_resized_img(i)
                 if self.cache is not None:  # a view of the shared cache; a decoded image is fresh already
                     img = np.array(img)
             except CorruptImageError as err:
-                self._note_corrupt(err)
+                self.damaged.mark(i, str(err))
                 continue
             rec = self.records[i]
             return img, self.load_anno(i), (rec.height, rec.width), rec.img_id
@@ -308,14 +304,14 @@ class DetectionDataset(Dataset):
         """Evaluation item: (img float32 (3, H, W) letterboxed to img_size, target (K, 5)
         [x1, y1, x2, y2, cls] original px, (orig h, orig w), img_id).
 
-        With skip_corrupt, an undecodable image is replaced by a blank (PAD_VALUE) canvas: it is counted and
-        its ground truth still counts as missed, so the metric stays honest.
+        A damaged image is replaced by a blank (PAD_VALUE) canvas: it is marked in `damaged`, and its
+        ground truth still counts as missed, so the metric stays honest.
         """
         rec = self.records[index]
         try:
             img, _ = letterbox_chw(self.load_image(index), self.img_size)
         except CorruptImageError as err:
-            self._note_corrupt(err)
+            self.damaged.mark(index, str(err))
             img = np.full((3, *self.img_size), PAD_VALUE, dtype=np.float32)
         target = np.concatenate([rec.boxes, rec.classes[:, None].astype(np.float32)], axis=1)
         return img, target.astype(np.float32), (rec.height, rec.width), rec.img_id

@@ -15,6 +15,7 @@ from pycocotools.coco import COCO
 
 from yolox_fast.data.config import annotation_path, trained_categories
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord
+from yolox_fast.data.datasets.consistency import check_coco_ids, file_sizes, fill_coco_defaults
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 
@@ -47,6 +48,9 @@ class COCODataset(DetectionDataset):
         ann_path = annotation_path(root, ann_file)
         self.ann_path = ann_path
         self.coco = load_coco(ann_path)
+        data = self.coco.dataset
+        check_coco_ids(data["images"], data.get("annotations", []), ann_path, problems)
+        fill_coco_defaults(data.get("annotations", []), ann_path, problems)
         self.for_eval = for_eval
         cats, dropped = trained_categories(self.coco.dataset)
         if dropped:
@@ -119,12 +123,23 @@ class COCODataset(DetectionDataset):
         usable = self._usable(problems)
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
         records = []
-        for img_id in img_ids:
-            info = self.coco.imgs[img_id]
-            w, h = int(info["width"]), int(info["height"])
+        infos = [self.coco.imgs[img_id] for img_id in img_ids]
+        names = [info.get("file_name") or f"{img_id:012d}.jpg" for img_id, info in zip(img_ids, infos)]
+        entries = [
+            (os.path.join(image_dir, n), i.get("width"), i.get("height")) for n, i in zip(names, infos)
+        ]
+        for img_id, file_name, size in zip(img_ids, names, file_sizes(entries, self.ann_path, problems)):
+            if size is None:
+                problems.error(
+                    "image without size",
+                    f"{self.ann_path}: image id {img_id} ({file_name}) has no width and height, and its file "
+                    "cannot be read for them",
+                    FileNotFoundError,
+                )
+                continue
+            h, w = size
             anns = self.coco.loadAnns(self.coco.getAnnIds(imgIds=[img_id], iscrowd=False))
             anns = [a for a in anns if a.get("id") in usable]
-            file_name = info.get("file_name") or f"{img_id:012d}.jpg"
             boxes = np.array(
                 [
                     [a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]]

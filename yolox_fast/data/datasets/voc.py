@@ -26,11 +26,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 from loguru import logger
 
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord, records_to_coco
+from yolox_fast.data.datasets.consistency import (
+    check_shared_images,
+    fitted_size,
+    read_header,
+    report_size_mismatches,
+)
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -232,12 +237,16 @@ class VOCDetection(DetectionDataset):
         index = {n: i for i, n in enumerate(class_names)}
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
         records: list[ImageRecord] = []
+        xml_files, mismatched = [], []
         for xml_path, images_dir, year in entries:
-            rec = self._parse(xml_path, images_dir, len(records), index, clip, problems)
+            rec = self._parse(xml_path, images_dir, len(records), index, clip, problems, mismatched)
             if rec is not None:
                 records.append(rec)
+                xml_files.append(xml_path)
                 self.image_names.append((year, Path(xml_path).stem))
         clip.report(label)
+        report_size_mismatches(mismatched, problems)
+        check_shared_images([r.file for r in records], xml_files, "VOC annotation", problems)
         return records
 
     @staticmethod
@@ -248,8 +257,10 @@ class VOCDetection(DetectionDataset):
         index: dict,
         clip: BoxClipCounter,
         problems: DatasetProblems,
+        mismatched: list[str],
     ) -> ImageRecord | None:
-        """The record of one image, or None when its XML is unusable (collecting `problems` only)."""
+        """The record of one image, or None when its XML is unusable (collecting `problems` only). A
+        <size> that differs from the image file's is added to `mismatched` (consistency.fitted_size)."""
         if not os.path.isfile(xml_path):
             problems.error("missing annotation", f"VOC annotation not found: {xml_path}", FileNotFoundError)
             return None
@@ -273,16 +284,19 @@ class VOCDetection(DetectionDataset):
         width = height = 0
         if size is not None and size.findtext("width"):
             width, height = int(float(size.findtext("width"))), int(float(size.findtext("height")))
-        if width <= 0 or height <= 0:  # some exports omit <size> or write 0: read it from the image
-            img = cv2.imread(img_file)
-            if img is None:
-                problems.error(
-                    "unreadable image",
-                    f"{xml_path} has no usable <size> and its image cannot be read: {img_file}",
-                    FileNotFoundError,
-                )
-                return None
-            height, width = img.shape[:2]
+        # some exports omit <size> or write 0: the image header gives it
+        header = read_header(img_file, (height, width) if width > 0 and height > 0 else None)
+        fitted, mismatch = fitted_size(img_file, width, height, header, xml_path, problems)
+        if fitted is None:
+            problems.error(
+                "unreadable image",
+                f"{xml_path} has no usable <size> and its image cannot be read: {img_file}",
+                FileNotFoundError,
+            )
+            return None
+        if mismatch:
+            mismatched.append(mismatch)
+        height, width = fitted
         boxes, classes, difficult, objects = [], [], [], []
         for k, obj in enumerate(tree.iter("object")):
             cls_name = (obj.findtext("name") or "").strip()

@@ -31,27 +31,23 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import yaml
 from loguru import logger
-from PIL import Image
 from pycocotools.coco import COCO
 
 from yolox_fast.data.config import datasets_root
 from yolox_fast.data.datasets.base import (
     BoxClipCounter,
-    CorruptImageError,
     DetectionDataset,
     ImageRecord,
     records_to_coco,
 )
 from yolox_fast.data.datasets.problems import DatasetProblems
+from yolox_fast.data.image_io import HEADER_THREADS, CorruptImageError, image_size, read_image
 
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 COORD_TOLERANCE = 1e-3  # normalised coordinates this far outside [0, 1] are rounding, and clipped
-EXIF_ORIENTATION = 0x0112
-HEADER_THREADS = 8  # image headers are read in parallel: the time is file-system latency, not CPU
 
 
 # ------------------------------------------------------------------------------------------ data.yaml
@@ -196,27 +192,20 @@ def label_path(image_file: str) -> str:
     return os.path.splitext(swapped)[0] + ".txt"
 
 
-def image_size(path: str) -> tuple[int, int]:
-    """(height, width) of an image as cv2.imread decodes it (EXIF rotation applied), from its header
-    only (a fraction of a millisecond, where decoding takes several). OSError if it cannot be read."""
-    with Image.open(path) as img:
-        width, height = img.size
-        orientation = img.getexif().get(EXIF_ORIENTATION, 1)
-    if orientation in (5, 6, 7, 8):  # rotated by 90 or 270 degrees: OpenCV returns it upright
-        width, height = height, width
-    return height, width
-
-
 def _try_size(path: str) -> tuple[int, int] | str | None:
     """image_size, None for a missing file, or the error text for an unreadable one."""
     if not os.path.isfile(path):
         return None
+    if os.path.getsize(path) == 0:
+        return "the file is empty (0 bytes)"
     try:
         return image_size(path)
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        # what Pillow refuses (a format it lacks, a very large image) OpenCV may still decode
-        img = cv2.imread(path, cv2.IMREAD_COLOR)
-        return img.shape[:2] if img is not None else (str(err) or type(err).__name__)
+    except (OSError, ValueError) as err:
+        # what Pillow cannot open (a format it lacks) OpenCV may still decode
+        try:
+            return read_image(path).shape[:2]
+        except CorruptImageError as bad:
+            return f"{bad} (Pillow: {err})"
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -336,10 +325,17 @@ class YOLODataset(DetectionDataset):
         files = list_image_files(self.root, entries, problems)
         if problems.collect:
             _note_unpaired_labels(self.root, entries, files, problems)
+        self._unreadable: dict[str, str] = {}  # file -> why its header cannot be read
         records = self._records(files, len(class_names), split, skip_corrupt, problems, keypoints)
         super().__init__(
             name, records, class_names, img_size, split=split, skip_corrupt=skip_corrupt, problems=problems
         )
+        # an image found damaged at the start counts towards max_corrupt_fraction as one found in training
+        for index, rec in enumerate(self.records):
+            if rec.file in self._unreadable:
+                self.damaged.mark(
+                    index, f"{split}: cannot read image {rec.file}: {self._unreadable[rec.file]}"
+                )
 
     def _records(
         self,
@@ -355,17 +351,15 @@ class YOLODataset(DetectionDataset):
         # with skip_corrupt, training skips bad label lines and says how many in one line
         line_log = problems if problems.collect or not skip_corrupt else DatasetProblems(collect=True)
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
-        records, unreadable = [], []
+        records = []
         for img_id, (file, size) in enumerate(zip(files, sizes)):
             labels_file = label_path(file)
             labels, lines = parse_label_file(labels_file, num_classes, line_log, keypoints)
             if isinstance(size, str):
-                if problems.collect:
-                    problems.error("unreadable image", f"{split}: cannot read image {file}: {size}")
-                elif not skip_corrupt:
-                    raise CorruptImageError(f"{split}: cannot read image {file}: {size}")
-                unreadable.append(file)
-                continue
+                # kept without boxes (its labels cannot be placed) and marked damaged once the split exists;
+                # the checker names its damage by kind where it reads the image, as for any other format
+                self._unreadable[file] = size
+                labels, lines, size = labels[:0], [], (1, 1)
             if size is None:  # missing: DetectionDataset drops it (or stops, naming it)
                 labels, lines = labels[:0], []
             height, width = size if size is not None else (0, 0)
@@ -390,8 +384,6 @@ class YOLODataset(DetectionDataset):
                     raw_gt=raw if changed else None,
                 )
             )
-        if unreadable and not problems.collect:
-            logger.warning(f"{split}: skipping {len(unreadable)} unreadable images (first: {unreadable[0]})")
         if line_log is not problems and line_log.count():
             first = next(k.examples[0] for k in line_log.kinds.values())
             logger.warning(f"{split}: skipped {line_log.count()} bad label lines (first: {first})")
