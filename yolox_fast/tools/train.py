@@ -112,8 +112,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv=None) -> None:
+    args = parse_args(argv)
     if args.occupy:
         logger.info("-o/--occupy has no effect here: PyTorch's caching allocator keeps memory once used")
     launch(
