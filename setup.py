@@ -82,6 +82,7 @@ setup(
             "ruff",
             "wandb",
             "mlflow",
+            "supervision",
         ],
         "onnx": ["onnx", "onnxruntime"],  # tools/export.py --format onnx (and its INT8), eval/demo on .onnx
         # --format openvino; NNCF quantizes it to INT8 (--int8); onnx: OpenVINO converts from an ONNX export
@@ -90,5 +91,6 @@ setup(
         "tensorrt": ["tensorrt", "onnx"],
         "wandb": ["wandb"],  # -l wandb
         "mlflow": ["mlflow"],  # -l mlflow
+        "supervision": ["supervision"],  # Results.to_supervision (the Python API)
     },
 )

@@ -161,7 +161,8 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None, 
     `exp`: an exp object (the Python API's) in place of -f/-n; a copy is changed, never the caller's.
     """
     if exp is not None:
-        exp = copy.deepcopy(exp)
+        exp = copy.copy(exp)  # fields are rebound, never changed in place, by what follows
+        exp.model = None  # a model the object built (an inference load fuses it in place) is not reused
     elif exported is not None and not (args.exp_file or args.name):
         exp = Exp()
         exp.exp_name, exp.dataset, exp.data_dir = exported.exp_name, exported.dataset, exported.data_dir
