@@ -106,6 +106,13 @@ def test_weights_are_fetched_once_then_trusted_and_checked(cache, server):
         fetch_weights("yolox-nano")
 
 
+def test_a_file_put_there_by_hand_is_used_and_trusted_from_then_on(cache, server):
+    cache.mkdir(parents=True)
+    (cache / "yolox_l.pth").write_bytes(b"copied by hand")
+    assert fetch_weights("yolox-l").read_bytes() == b"copied by hand" and server[2] == []
+    assert (cache / "yolox_l.pth.sha256").read_text().strip() == hashlib.sha256(b"copied by hand").hexdigest()
+
+
 def test_a_known_checksum_refuses_other_bytes(cache, server):
     (server[1] / "yolox_s.pth").write_bytes(b"not the release file")
     with pytest.raises(WeightsDownloadError, match="f55ded71"):

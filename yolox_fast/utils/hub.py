@@ -70,9 +70,12 @@ def fetch_weights(name: str) -> Path:
     file_name, expected = WEIGHTS[key]
     path = cache_dir() / file_name
     record = path.with_name(path.name + ".sha256")
-    if path.is_file():
+    if path.is_file():  # downloaded before, or put there by hand
         trusted = expected or (record.read_text().strip() if record.is_file() else None)
-        if trusted is not None and file_sha256(path) != trusted:
+        if trusted is None:
+            record.write_text(file_sha256(path) + "\n")
+            logger.info(f"{path.name}: found in the cache; its SHA-256 recorded (trusted from now on)")
+        elif file_sha256(path) != trusted:
             raise WeightsDownloadError(
                 f"{path} does not match its SHA-256 ({trusted}): the cached file was changed or damaged; "
                 "delete it to download it again"
