@@ -60,3 +60,11 @@ def test_python_m_forms_run_from_a_fresh_process(tmp_path):
         )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "0 errors" in done.stdout and (tmp_path / "c" / "labels.png").is_file()
+
+
+def test_benchmark_runs_the_checkouts_suites(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(SystemExit) as stop:
+        main(["benchmark"])  # no suite: tools/benchmark.py's own usage line
+    assert stop.value.code == 2 and "python tools/benchmark.py {simota," in capsys.readouterr().out
