@@ -1,10 +1,12 @@
 """Packaging for yolox_fast. `pip install -e .[test]` installs the package and its test tools.
 
-The dataset descriptions live in the top-level `configs/` (beside `exps/` and `tools/`, where a user looks
-for them). A build copies them into the package as `yolox_fast/configs/`, so a wheel or a plain
-`pip install .` carries them; an editable install and a checkout read `configs/` itself
-(`yolox_fast.data.config.CONFIG_DIR`). A copy at build time rather than a symlink: checkouts without
-symlink support (Windows) build the same package.
+The dataset descriptions live in the top-level `configs/` and the example exps in `exps/example/` (beside
+`exps/` and `tools/`, where a user looks for them). A build copies them into the package as
+`yolox_fast/configs/` and `yolox_fast/exp/example/`, so a wheel or a plain `pip install .` carries them (the
+quick start runs as `yolox_fast train -n shapes-nano`); an editable install and a checkout read the top-level
+folders themselves (`yolox_fast.data.config.CONFIG_DIR`, `yolox_fast.exp.build.EXAMPLE_DIR`). A copy at
+build time rather than a symlink: checkouts without symlink support (Windows) build the same package.
+The tools are the package's `yolox_fast.tools`, run as the `yolox_fast` command (`yolox_fast/__main__.py`).
 """
 
 import re
@@ -17,15 +19,20 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).parent
 
 
+# top-level folder, files copied, their folder in the built package
+SHIPPED = (("configs", "*.json", "configs"), ("exps/example", "*.py", "exp/example"))
+
+
 class BuildPyWithConfigs(build_py):
-    """build_py, then configs/*.json into the built package's configs/ folder."""
+    """build_py, then configs/*.json and exps/example/*.py into the built package (SHIPPED)."""
 
     def run(self):
         super().run()
-        target = Path(self.build_lib) / "yolox_fast" / "configs"
-        target.mkdir(parents=True, exist_ok=True)
-        for description in sorted((HERE / "configs").glob("*.json")):
-            shutil.copyfile(description, target / description.name)
+        for source, pattern, folder in SHIPPED:
+            target = Path(self.build_lib) / "yolox_fast" / folder
+            target.mkdir(parents=True, exist_ok=True)
+            for path in sorted((HERE / source).glob(pattern)):
+                shutil.copyfile(path, target / path.name)
 
 
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "yolox_fast" / "__init__.py").read_text()).group(1)
@@ -39,6 +46,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["yolox_fast", "yolox_fast.*"]),
     cmdclass={"build_py": BuildPyWithConfigs},
+    entry_points={"console_scripts": ["yolox_fast = yolox_fast.__main__:main"]},
     install_requires=[
         # no upper bound: CI pins the tested pair (torch 2.14.1, torchvision 0.29.1, .ci/run); a newer torch
         # is the user's to choose
@@ -75,6 +83,7 @@ setup(
             "ruff",
             "wandb",
             "mlflow",
+            "supervision",
         ],
         "onnx": ["onnx", "onnxruntime"],  # tools/export.py --format onnx (and its INT8), eval/demo on .onnx
         # --format openvino; NNCF quantizes it to INT8 (--int8); onnx: OpenVINO converts from an ONNX export
@@ -83,5 +92,6 @@ setup(
         "tensorrt": ["tensorrt", "onnx"],
         "wandb": ["wandb"],  # -l wandb
         "mlflow": ["mlflow"],  # -l mlflow
+        "supervision": ["supervision"],  # Results.to_supervision (the Python API)
     },
 )

@@ -21,8 +21,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_tool(name: str):
-    """The script tools/<name>.py as a fresh module, loaded from its file (the tools are scripts, not part
-    of the package): `load_tool("demo")`, `load_tool("benchmarks/eval")`."""
+    """The tool `name` as a module: a command-line tool is the package's `yolox_fast.tools.<name>`
+    (`load_tool("demo")`); a benchmark suite, which is a script of the checkout only, is loaded from its
+    file as a fresh module (`load_tool("benchmarks/eval")`)."""
+    if not name.startswith("benchmarks/"):
+        return importlib.import_module(f"yolox_fast.tools.{name}")
     module_name = f"{name.replace('/', '_')}_tool"
     spec = importlib.util.spec_from_file_location(module_name, REPO / "tools" / f"{name}.py")
     tool = importlib.util.module_from_spec(spec)

@@ -255,7 +255,7 @@ def test_tool_on_voc_and_yolo_sets(tiny_shapes_coco, tiny_shapes_voc, tmp_path):
 
 
 def test_tool_in_process_on_a_clean_set_exits_0(tiny_shapes_coco, tmp_path, capsys):
-    import check_dataset  # tools/check_dataset.py
+    from yolox_fast.tools import check_dataset
 
     with pytest.raises(SystemExit) as stop:
         check_dataset.main(["--dataset", tiny_shapes_coco["config"], "--headers-only",

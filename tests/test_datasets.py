@@ -357,7 +357,7 @@ def test_val_boxes_outside_the_image_are_said_to_be_scored_as_given(tiny_shapes_
 
 @pytest.mark.parametrize("fmt", ["voc", "yolo"])
 def test_make_dataset_tool_writes_a_readable_set(fmt, tmp_path, capsys):
-    import make_dataset  # tools/make_dataset.py
+    from yolox_fast.tools import make_dataset
 
     out = tmp_path / fmt
     make_dataset.main(

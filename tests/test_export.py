@@ -195,7 +195,8 @@ def test_fp16_torchscript_is_refused_off_cuda(tmp_path):
 
 def test_export_onnx_tool_static_decoded_writes_metadata(tmp_path, capsys):
     out = tmp_path / "decoded.onnx"
-    argv = ["-n", "yolox-nano", "--tsize", "64", "--batch-size", "2", "--decode-in-inference"]
+    argv = ["-n", "yolox-nano", "--random-weights", "--tsize", "64", "--batch-size", "2"]
+    argv.append("--decode-in-inference")
     load_tool("export_onnx").main([*argv, "--output-name", str(out), "num_classes", "2"])
     printed = capsys.readouterr().out
     diff = float(printed.split("max abs diff:")[1].split()[0])
@@ -279,7 +280,7 @@ def _printed_ap(out: str) -> tuple[str, str]:
 
 @pytest.mark.slow
 def test_exported_files_score_the_checkpoints_ap_and_the_demo_draws_with_onnx(tiny_shapes_coco, tmp_path):
-    import train
+    from yolox_fast.tools import train
 
     data = ["dataset", tiny_shapes_coco["config"], "output_dir", str(tmp_path), "data_num_workers", "0"]
     # trained at 64 px, scored and exported at 96: OpenVINO INT8 needs a coarsest level of 3x3 cells

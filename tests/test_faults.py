@@ -285,7 +285,7 @@ def test_a_refused_cache_is_reported_as_not_used_and_leaves_no_lock(tiny_shapes_
     shm.mkdir()
     monkeypatch.setattr(cache_mod, "SHM_DIR", shm)
     monkeypatch.setattr(cache_mod, "free_bytes", lambda mode, folder: (1000, "1000 B free in test"))
-    import train as train_tool  # tools/train.py (pytest puts tools/ on the path)
+    from yolox_fast.tools import train as train_tool
 
     args = train_tool.parse_args(["-f", EXP, "-expn", "run", "-b", "2", "--cache", "ram", "-l", "none",
                                   *opts(tiny_shapes_coco["config"], tmp_path / "out")])  # fmt: skip

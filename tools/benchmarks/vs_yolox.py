@@ -143,9 +143,8 @@ def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict, nam
 def trainer_step(args, device: torch.device, batch, root: Path, out: Path, state_dict):
     """`Trainer.train_one_iter` on a fixed batch: a Trainer set up on the generated set, its batch stream
     replaced by the batch (so no data time is counted), its model given the same weights."""
-    import train as train_tool
-
     from yolox_fast.core.trainer import Trainer
+    from yolox_fast.tools import train as train_tool
     from yolox_fast.utils.ema import unwrap_model
 
     size = batch[0].shape[-1]

@@ -4,14 +4,16 @@ error the user can fix is reported (`run_tool`)."""
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import os
 import sys
 from collections.abc import Callable
 
-from yolox_fast.exp import Exp, get_exp
+from yolox_fast.exp import BaseExp, Exp, get_exp
 from yolox_fast.inference.exported import ExportMetadata, MissingExtraError, check_input_size
 from yolox_fast.utils.checkpoint import CheckpointError
+from yolox_fast.utils.hub import WeightsDownloadError, fetch_weights, weights_key
 from yolox_fast.utils.run_lock import RunLockError
 
 # what the user can fix: missing data or files, a bad value in an exp, a description or on the command
@@ -25,6 +27,7 @@ USER_ERRORS = (
     CheckpointError,
     RunLockError,
     MissingExtraError,
+    WeightsDownloadError,
 )
 DEBUG_ENV = "YOLOX_FAST_DEBUG"
 
@@ -115,7 +118,19 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv=None) -> argparse
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.opts = rest
+    resolve_weights_name(args)
     return args
+
+
+def resolve_weights_name(args: argparse.Namespace) -> None:
+    """-c yolox-s (a zoo name, not a file here): the official weights, fetched once into the cache
+    (utils/hub.py), and, without -f/-n, the zoo exp of that name (official weights store no exp)."""
+    ckpt = getattr(args, "ckpt", None)
+    if not ckpt or os.path.exists(ckpt) or weights_key(ckpt) is None:
+        return
+    args.ckpt = str(fetch_weights(ckpt))
+    if not (args.exp_file or args.name):
+        args.name = weights_key(ckpt)
 
 
 def _is_number(text: str) -> bool:
@@ -135,7 +150,7 @@ def default_checkpoint(exp, ckpt: str | None) -> str | None:
     return trained if os.path.isfile(trained) else None
 
 
-def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
+def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None, exp: BaseExp | None = None):
     """The exp of -f/-n (without them, the one the checkpoint -c stores: `exp.get_exp_by_checkpoint`) with
     the trailing `KEY VALUE` overrides (`args.opts`) and -expn applied, --tsize when the tool has it, and
     num_classes None resolved (from the dataset, else from -c).
@@ -143,8 +158,12 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None):
     `exported`: the metadata of the exported file -c names. Its num_classes and input size are the model's
     and replace the exp's; -f/-n is then optional: without it the exp is the default one with the file's
     exp_name, dataset, data_dir and thresholds (test_conf, nmsthre). --tsize must be the file's input size.
+    `exp`: an exp object (the Python API's) in place of -f/-n; a copy is changed, never the caller's.
     """
-    if exported is not None and not (args.exp_file or args.name):
+    if exp is not None:
+        exp = copy.copy(exp)  # fields are rebound, never changed in place, by what follows
+        exp.model = None  # a model the object built (an inference load fuses it in place) is not reused
+    elif exported is not None and not (args.exp_file or args.name):
         exp = Exp()
         exp.exp_name, exp.dataset, exp.data_dir = exported.exp_name, exported.dataset, exported.data_dir
         exp.test_conf, exp.nmsthre = exported.test_conf, exported.nmsthre

@@ -69,8 +69,9 @@ def launch(
     dist_url: str | None = None,
     args: Sequence[Any] = (),
     timeout: timedelta = DEFAULT_TIMEOUT,
-) -> None:
-    """Run ``main_func(*args)`` in every process of the job.
+) -> Any:
+    """Run ``main_func(*args)`` in every process of the job; returns its result when the job is this one
+    process (None otherwise).
 
     ``num_procs_per_machine`` None (no -d): one process per launched process under torchrun, srun or
     RANK/WORLD_SIZE, else one per GPU (1 on CPU). ``main_func`` and ``args`` must be picklable (a
@@ -96,8 +97,7 @@ def launch(
     world_size = procs * num_machines
     if world_size <= 1:
         os.environ[LAUNCHER_VAR] = "single process"
-        main_func(*args)
-        return
+        return main_func(*args)
     if dist_url in (None, "auto"):
         if num_machines > 1:
             raise ValueError("--dist-url tcp://HOST:PORT of machine 0 is required with --num_machines > 1")

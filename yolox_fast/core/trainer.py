@@ -537,17 +537,18 @@ class Trainer:
         torch.manual_seed(seed)
 
 
-def run_training(args) -> None:
+def run_training(args, exp=None) -> None:
     """Entry point of every training process (tools/train.py launches it once per rank).
 
     The exp is rebuilt here from the command line (`core.cli.build_exp`), so spawned workers
-    need only the plain-data arguments. A SIGINT/SIGTERM ends the process with code 128 + signal
+    need only the plain-data arguments (`exp`, an exp object in place of -f/-n, is for one process: the Python
+    API's). A SIGINT/SIGTERM ends the process with code 128 + signal
     after the checkpoint is written: torchrun counts that as a failure and restarts when allowed.
     A second run into an output folder in use exits with code 1 before it writes anything there.
     """
     from yolox_fast.core.cli import build_exp
 
-    exp = build_exp(args)
+    exp = build_exp(args, exp=exp)
     # one run per output folder, locked before anything is written there (utils/run_lock.py)
     try:
         lock = claim_output_folder(os.path.join(exp.output_dir, args.experiment_name), args.force_lock)

@@ -13,6 +13,18 @@ from yolox_fast.exp.base_exp import BaseExp
 
 ZOO_DIR = Path(__file__).resolve().parent / "default"
 ZOO = ("yolox_nano", "yolox_tiny", "yolox_s", "yolox_m", "yolox_l", "yolox_x", "yolox_voc_s")
+# the example exps (the shapes quick start, the fine-tuning recipe, custom COCO / YOLO data), named as the zoo
+EXAMPLES = ("shapes_nano", "finetune_nano", "custom_coco", "custom_yolo")
+
+
+def _example_dir() -> Path:
+    """The example exps: the package's copy (a wheel or `pip install .`; setup.py copies exps/example/ into
+    it), else the checkout's exps/example/ (an editable install, a source tree), as data.config.CONFIG_DIR."""
+    installed = Path(__file__).resolve().parent / "example"
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "exps" / "example"
+
+
+EXAMPLE_DIR = _example_dir()
 
 
 def get_exp_by_file(exp_file: str) -> BaseExp:
@@ -30,14 +42,20 @@ def get_exp_by_file(exp_file: str) -> BaseExp:
     return module.Exp()
 
 
+def exp_names() -> list[str]:
+    """Every name `-n` takes: the zoo's, then the examples'."""
+    return [name.replace("_", "-") for name in (*ZOO, *EXAMPLES)]
+
+
 def get_exp_by_name(exp_name: str) -> BaseExp:
-    """`yolox-s`, `yolox_s` or `YOLOX-S` -> the zoo exp yolox_fast/exp/default/yolox_s.py."""
+    """`yolox-s`, `yolox_s` or `YOLOX-S` -> the zoo exp yolox_fast/exp/default/yolox_s.py; `shapes-nano` ->
+    the example exps/example/shapes_nano.py (shipped in the package)."""
     key = exp_name.strip().lower().replace("-", "_")
-    if key not in ZOO:
-        raise ValueError(
-            f"unknown exp name {exp_name!r}; known: {', '.join(z.replace('_', '-') for z in ZOO)}"
-        )
-    return get_exp_by_file(str(ZOO_DIR / f"{key}.py"))
+    if key in ZOO:
+        return get_exp_by_file(str(ZOO_DIR / f"{key}.py"))
+    if key in EXAMPLES:
+        return get_exp_by_file(str(EXAMPLE_DIR / f"{key}.py"))
+    raise ValueError(f"unknown exp name {exp_name!r}; known: {', '.join(exp_names())}")
 
 
 def get_exp_by_checkpoint(ckpt_path: str) -> BaseExp:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+from dataclasses import dataclass
 
 import torch
 from loguru import logger
@@ -84,11 +85,32 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def evaluate(args) -> tuple:
-    """Run in every process of the job; returns (ap50_95, ap50, summary) (the same on every rank)."""
+@dataclass(frozen=True)
+class EvalMetrics:
+    """What an evaluation measured, the same on every rank: COCO AP50:95 and AP50 (VOC: the mean over IoU
+    0.50:0.95 and AP50), `per_class` {class name: {"AP50_95": ..., "AP50": ...}} (nan for a class without
+    ground truth; empty for --speed and --test) and the printed summary."""
+
+    ap50_95: float
+    ap50: float
+    per_class: dict[str, dict[str, float]]
+    summary: str
+
+
+def per_class_metrics(result: dict, class_names) -> dict[str, dict[str, float]]:
+    """{name: {"AP50_95", "AP50"}} from an evaluator's `last_result` (its "per_class": metric -> list over
+    the contiguous classes)."""
+    table = result.get("per_class") or {}
+    metrics = [m for m in ("AP50_95", "AP50") if m in table]
+    return {name: {m: float(table[m][c]) for m in metrics} for c, name in enumerate(class_names)}
+
+
+def evaluate(args, exp=None) -> EvalMetrics:
+    """Run in every process of the job; returns its metrics (the same on every rank). `exp`: an exp object in
+    place of -f/-n (the Python API's)."""
     device = dist_utils.local_device()
     exported = load_exported_model(args.ckpt, device) if exported_format(args.ckpt) else None
-    exp = build_eval_exp(args, exported)
+    exp = build_eval_exp(args, exported, exp)
     rank = dist_utils.get_rank()
     world = dist_utils.get_world_size()
     save_dir = os.path.join(exp.output_dir, exp.exp_name)
@@ -137,7 +159,8 @@ def evaluate(args) -> tuple:
         report = write_eval_report(evaluator, exp, report_dir)  # None on ranks other than 0
         if report is not None:
             log_eval_report(report, report_dir)
-    return ap50_95, ap50, summary
+    per_class = {} if args.speed or args.test else per_class_metrics(evaluator.last_result, class_names)
+    return EvalMetrics(ap50_95, ap50, per_class, summary)
 
 
 def compile_eval_model(model, exp, evaluator, half: bool) -> None:
@@ -154,15 +177,15 @@ def compile_eval_model(model, exp, evaluator, half: bool) -> None:
     compile_for_inference(model, exp.compile_mode, warm_up, sizes, exp.compile_backend)
 
 
-def build_eval_exp(args, exported: ExportedModel | None = None):
-    """The exp of -f/-n (optional with an `exported` file: see build_exp) with the trailing overrides and
-    the command-line thresholds applied."""
+def build_eval_exp(args, exported: ExportedModel | None = None, exp=None):
+    """The exp of -f/-n (optional with an `exported` file or a checkpoint of ours: see build_exp; `exp`, an
+    exp object, replaces them) with the trailing overrides and the command-line thresholds applied."""
     if exported is not None and (args.fp16 or args.compile or args.channels_last):
         raise ValueError(
             f"--fp16, --channels-last and --compile are for checkpoints: {args.ckpt}'s precision, layers and "
             "layout are fixed at export"
         )
-    exp = build_exp(args, exported.metadata if exported is not None else None)
+    exp = build_exp(args, exported.metadata if exported is not None else None, exp)
     if args.conf is not None:
         exp.test_conf = args.conf
     if args.nms is not None:
@@ -174,12 +197,13 @@ def build_eval_exp(args, exported: ExportedModel | None = None):
     return exp
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> EvalMetrics | None:
+    """Evaluate as the command line `argv` says; returns the metrics when it ran in this one process."""
     args = parse_with_overrides(make_parser(), argv)
     # fail here, once, on a bad -f/-n, override or exported file rather than in every process
     build_eval_exp(args, load_exported_model(args.ckpt) if exported_format(args.ckpt) else None)
     # each process rebuilds the exp: an exp class loaded from a file does not pickle into spawned workers
-    launch(
+    return launch(
         evaluate,
         args.devices,
         num_machines=args.num_machines,

@@ -127,10 +127,12 @@ def check_flags(args) -> None:
         )
 
 
-def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
+def main(argv=None, parser: argparse.ArgumentParser | None = None, exp=None) -> str:
+    """Export as the command line `argv` says (`parser`: another tool's flags over this one's; `exp`: an exp
+    object in place of -f/-n, the Python API's); returns the written file's path."""
     args = parse_with_overrides(parser or make_parser(), argv)
     check_flags(args)
-    exp = build_exp(args)
+    exp = build_exp(args, exp=exp)
     ckpt = default_checkpoint(exp, args.ckpt)
     precision = "int8" if args.int8 else "fp16" if args.half else "fp32"
     tag = "" if precision == "fp32" else f"_{precision}"
@@ -160,7 +162,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
     export_file(model, output, meta, args.batch_size, calibration, args.opset)
     print(f"exported {output} ({exported_size(output) / 2**20:.1f} MiB)")
     if args.no_check:
-        return
+        return output
     # one more image than the traced batch: a dynamic graph at another batch, a static one padded
     batch = args.batch_size + 1
     images = torch.rand(batch, 3, *exp.test_size, generator=torch.Generator().manual_seed(0)) * 255
@@ -169,6 +171,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
     print(f"max abs diff: {diff:.3e} (relative: {relative:.3e})")
     if precision != "fp32":
         print(f"{precision} differs from fp32 by design: `python tools/eval.py -c {output}` scores its AP")
+    return output
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> None:
-    export.main(argv, make_parser())
+def main(argv=None) -> str:
+    return export.main(argv, make_parser())
 
 
 if __name__ == "__main__":

@@ -98,13 +98,14 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    """Parsed flags with the exp-dependent defaults (batch size, experiment name) filled in."""
+def parse_args(argv=None, exp=None) -> argparse.Namespace:
+    """Parsed flags with the exp-dependent defaults (batch size, experiment name) filled in; `exp`: an exp
+    object in place of -f/-n (the Python API's)."""
     args = parse_with_overrides(make_parser(), argv)
     # YOLOX's wandb-KEY / mlflow-KEY words are the trackers' options, not exp overrides
     args.opts, args.tracker_options = trackers.split_options(args.opts)
     trackers.check(args.logger, args.tracker_options)  # a missing package is an error now, not hours later
-    exp = build_exp(args)  # fail here, once, on a bad -f/-n or override rather than in every worker
+    exp = build_exp(args, exp=exp)  # fail here, once, on a bad -f/-n or override rather than in every worker
     if args.batch_size is None:
         args.batch_size = exp.batch_size
     if args.experiment_name is None:
@@ -112,8 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv=None) -> None:
+    args = parse_args(argv)
     if args.occupy:
         logger.info("-o/--occupy has no effect here: PyTorch's caching allocator keeps memory once used")
     launch(

@@ -1,0 +1,73 @@
+"""What `YOLOX.predict` takes: image paths, folders, glob patterns, PIL images and arrays, one or a list,
+read as (name, BGR uint8 (H, W, 3)) images, the layout the Predictor works in."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from yolox_fast.core.demo import list_images
+
+COLOR_ORDERS = ("bgr", "rgb")
+
+
+def read_sources(sources: Any, color: str = "bgr") -> Iterator[tuple[str | None, np.ndarray]]:
+    """(name, image (H, W, 3) uint8 BGR) for each image of `sources`, in order.
+
+    A source is a path (an image file, a folder searched recursively, or a glob pattern such as
+    `photos/*.jpg`), a PIL image, an array (H, W, 3) or (H, W) uint8, or (B, H, W, 3) for B images, in the
+    `color` order ("bgr", as OpenCV reads, or "rgb", as PIL and most other libraries give), or a list of
+    these. Names are the files' paths (None for arrays). An unreadable file is a ValueError naming it.
+    """
+    if color not in COLOR_ORDERS:
+        raise ValueError(f"color must be one of {COLOR_ORDERS}, got {color!r}")
+    for source in sources if isinstance(sources, (list, tuple)) else [sources]:
+        if isinstance(source, (str, os.PathLike)):
+            for path in expand_path(str(source)):
+                yield str(path), read_image(path)
+        elif isinstance(source, np.ndarray):
+            for image in source if source.ndim == 4 else [source]:
+                yield None, array_to_bgr(image, color)
+        elif hasattr(source, "convert") and hasattr(source, "size"):  # a PIL image: always RGB(A)/L/P
+            rgb = np.asarray(source.convert("RGB"))
+            yield getattr(source, "filename", None) or None, np.ascontiguousarray(rgb[:, :, ::-1])
+        else:
+            raise TypeError(
+                f"cannot read a {type(source).__name__} as an image: give a path, a folder, a glob pattern, "
+                "a PIL image or an array"
+            )
+
+
+def expand_path(source: str) -> list[Path]:
+    """A file, every image under a folder, or the files a glob pattern matches (sorted)."""
+    if glob.has_magic(source) and not Path(source).exists():
+        paths = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
+        if not paths:
+            raise FileNotFoundError(f"no file matches {source}")
+        return paths
+    return list_images(source)
+
+
+def read_image(path: Path) -> np.ndarray:
+    image = cv2.imread(str(path))
+    if image is None:
+        raise ValueError(f"cannot read image {path} (not an image OpenCV can decode)")
+    return image
+
+
+def array_to_bgr(image: np.ndarray, color: str) -> np.ndarray:
+    """(H, W, 3) uint8 BGR from an (H, W, 3), (H, W, 4) or (H, W) uint8 array in `color` order."""
+    if image.dtype != np.uint8:
+        raise ValueError(f"images are uint8 0-255 arrays, got {image.dtype}")
+    if image.ndim == 2:
+        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    if image.ndim != 3 or image.shape[2] not in (3, 4):
+        raise ValueError(f"an image array is (H, W, 3), (H, W, 4) or (H, W), got {image.shape}")
+    image = image[:, :, :3]
+    return np.ascontiguousarray(image[:, :, ::-1] if color == "rgb" else image)
