@@ -8,6 +8,7 @@ import pytest
 import torch
 from benchmarks.inputs import random_targets
 from helpers import load_tool, run_tool_here
+from test_train_step import run_one_step, states, tiny_trainer
 from test_trainer import tiny_opts, train_cmd
 
 from yolox_fast.core.accumulation import accumulation_steps
@@ -106,6 +107,34 @@ def test_the_loss_scaler_unscales_once_per_accumulated_step(tmp_path):
     scaler.unscale_(scaled.optimizer)
     got = torch.cat([p.grad.flatten() for p in scaled.guard.params])
     assert ((got - expected).norm() / expected.norm()).item() < 1e-5
+
+
+def test_a_non_finite_batch_leaves_weights_batchnorm_and_ema_of_the_accumulated_step_unchanged(
+    tiny_shapes_coco, tmp_path
+):
+    """`-b 2 nominal_batch_size 4`: two batches per step; the second is NaN. Nothing of the step stays: the
+    weights, the BatchNorm statistics the first (finite) batch folded in, the EMA and its update count, the
+    optimizer's momentum."""
+    trainer = tiny_trainer(tiny_shapes_coco["config"], tmp_path, nominal_batch_size=4)
+    assert trainer.accumulate == 2
+    run_one_step(trainer, 0, 0)  # a good step first: momentum buffers and an EMA update exist
+    assert trainer.guard.streak == 0
+    before = states(trainer)
+    momentum = [s["momentum_buffer"].clone() for s in trainer.optimizer.state.values()]
+    updates = trainer.ema_model.updates
+
+    recorded = run_one_step(
+        trainer, 0, 1, change=lambda i, imgs: imgs.float().fill_(float("nan")) if i else imgs
+    )
+    assert len(recorded.seen) == 2 and recorded.seen[0][0].isfinite().all()
+    after = states(trainer)
+    for part in ("raw", "ema"):
+        for name, value in after[part].items():
+            assert torch.equal(value, before[part][name]), (part, name)
+    assert trainer.ema_model.updates == updates
+    for old, state in zip(momentum, trainer.optimizer.state.values()):
+        assert torch.equal(state["momentum_buffer"], old)
+    assert trainer.guard.streak == 1
 
 
 @pytest.mark.slow

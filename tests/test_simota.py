@@ -1,6 +1,10 @@
 """Batched SimOTA: equal to the per-image reference, robust, exact under chunking and autocast."""
 
+import json
 import math
+import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,6 +157,60 @@ def test_chunked_equals_unchunked_exactly(rule):
         assert torch.equal(chunked.fg_mask, whole.fg_mask)
         assert torch.equal(chunked.matched_gt, whole.matched_gt)
         assert torch.equal(chunked.matched_iou, whole.matched_iou)
+
+
+def peak_cpu_bytes(fn) -> int:
+    """The most bytes torch's CPU allocator held at once, over what it held before, while `fn()` ran:
+    every allocation and free in order, from torch.profiler's memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as d:
+        trace = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    held = peak = 0
+    for _, nbytes in sorted((e["ts"], e["args"]["Bytes"]) for e in events if e.get("name") == "[memory]"):
+        held += nbytes
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize(
+    "num_images, size, max_bytes",
+    [(16, 320, 4 * 2**20), (16, 320, 8 * 2**20), (8, 640, 8 * 2**20), (8, 640, 5 * 2**20)],
+)
+def test_peak_memory_stays_within_max_bytes(num_images, size, max_bytes, log_lines, monkeypatch):
+    """The bound itself: the peak of what simota_assign allocates (its tables, chunks and temporaries, as the
+    allocator sees them) stays within max_bytes, and every chunk the planner makes is estimated within the
+    chunk budget. A budget below the batch's floor (a chunk holds one image at least) says so, with the
+    floor, and the peak stays within that floor instead (8 images at 640 px, 5 MiB)."""
+    from yolox_fast.models import simota
+
+    planned: list[tuple[int, list[int]]] = []
+    plan = simota._plan_chunks
+
+    def recording_plan(num_cand, num_gt, num_slots, num_classes, budget):
+        chunks = plan(num_cand, num_gt, num_slots, num_classes, budget)
+        sizes = [
+            simota._chunk_bytes(e - s, max(num_cand[s:e]), max(num_gt[s:e]), num_slots, num_classes)
+            for s, e in chunks
+        ]
+        planned.append((budget, [n for (s, e), n in zip(chunks, sizes) if e - s > 1]))
+        return chunks
+
+    monkeypatch.setattr(simota, "_plan_chunks", recording_plan)
+    batch = make_inputs(num_images, size, seed=0)
+    whole = simota_assign(**batch, max_bytes=2**40)
+    peak = peak_cpu_bytes(lambda: simota_assign(**batch, max_bytes=max_bytes))
+    (budget, multi_image_chunks), *_ = planned[1:]
+    assert budget < max_bytes and all(n <= budget for n in multi_image_chunks)
+    floors = [int(m[1]) for m in (re.search(r"floor of (\d+) B", line) for line in log_lines) if m]
+    assert peak <= max([max_bytes, *floors]), (peak, max_bytes, floors)
+    assert bool(floors) == ((num_images, size, max_bytes) == (8, 640, 5 * 2**20))
+    assert peak_cpu_bytes(lambda: simota_assign(**batch, max_bytes=2**40)) > 1.5 * max_bytes  # unchunked
+    assert torch.equal(simota_assign(**batch, max_bytes=max_bytes).fg_mask, whole.fg_mask)
 
 
 def test_hand_checked_tiny_case():

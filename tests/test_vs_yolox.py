@@ -71,6 +71,15 @@ def test_nano_has_official_state_dict_and_initialisation(reference):
     assert result["init_same_seed_max_abs_diff"] == 0.0
 
 
+def test_every_zoo_size_has_official_state_dict_and_initialisation(reference):
+    """nano, tiny, s, m, l, x: the same keys in order and shapes, the same weights from the same seed."""
+    result = {k: v for k, v in section(reference, "zoo_init").items() if k != "seconds"}
+    assert sorted(result) == sorted(f"yolox-{n}" for n in ("nano", "tiny", "s", "m", "l", "x"))
+    for name, row in result.items():
+        assert row["same_keys_in_order_and_shapes"], name
+        assert row["init_max_abs_diff"] == 0.0, name
+
+
 def test_optimizer_parameter_groups_match_official(reference):
     result = section(reference, "loss_grad")
     assert result["optimizer_groups_equal"], (
@@ -215,6 +224,17 @@ def test_affine_pivots_about_the_canvas_centre_where_official_pivots_about_the_o
     assert result["max_abs_shift_minus_expected"] <= 1e-6
 
 
+def test_affine_pivot_origin_reproduces_official_random_affine(reference):
+    """`affine_pivot "origin"` is 0.3.0's placement: from the same draws on the same mosaic canvas, official's
+    random_affine and ours give the same matrix, the same pixels and the same boxes (ours without the boxes
+    of min side <= 1 px, which official's TrainTransform drops afterwards)."""
+    result = section(reference, "augment_pieces")["affine_origin"]
+    assert result["max_abs_matrix_diff"] <= 1e-12
+    assert result["max_abs_pixel_diff"] == 0
+    assert result["kept_box_mismatches"] == 0 and result["boxes_kept"] > 0
+    assert result["max_abs_box_diff"] <= 1e-9
+
+
 def test_boxes_of_one_to_two_pixels_both_keep(reference):
     """TrainTransform keeps boxes with min side > 1 px on both sides (yolox_fast's default box filter)."""
     tt = section(reference, "augment_pieces")["train_transform"]
@@ -241,6 +261,40 @@ def test_training_sample_statistics(reference):
     # the affine pivot: official's output shows the mosaic centre less often, and more padding
     assert official["centre_visible"] < ours["centre_visible"]
     assert official["tile_cover"] < ours["tile_cover"]
+
+
+def test_unaugmented_fallback_when_no_box_survives_in_official_only(reference):
+    """A known difference: when every box of a sample ends up at most 1 px on a side, 0.3.0's TrainTransform
+    falls back to the un-augmented image with all its boxes; yolox_fast keeps the augmented image, without
+    boxes."""
+    result = section(reference, "differences")["unaugmented_fallback"]
+    assert result["official_is_unaugmented"] and result["official_boxes"] == result["boxes_in"] == 2
+    assert result["official_box_classes"] == [3.0, 1.0]
+    assert result["ours_is_mirrored"] and result["ours_boxes"] == 0
+
+
+def test_iterations_per_epoch_ceil_in_official_floor_in_ours(reference):
+    """A known difference: 0.3.0 runs ceil(N / batch) iterations an epoch (the last batch short), yolox_fast
+    floor(N / batch) (whole batches only)."""
+    cases = section(reference, "differences")["iterations_per_epoch"]["cases"]
+    for case in cases:
+        assert case["official"] == math.ceil(case["images"] / case["batch"]), case
+        assert case["ours"] == case["images"] // case["batch"], case
+    assert any(case["official"] != case["ours"] for case in cases)
+
+
+def test_multi_scale_random_size_takes_precedence_over_multiscale_range_in_both(reference):
+    """nano and tiny set random_size (10, 20): 320-640 px whatever multiscale_range says, also 0, in both; an
+    exp without random_size (s) draws input +- multiscale_range * 32, one size at 0. Same seed, same draws."""
+    rows = section(reference, "differences")["multiscale"]
+    for name, row in rows.items():
+        assert row["same_draws"] and row["sizes"] == row["official_sizes"], name
+    wide = list(range(320, 641, 32))
+    for name in ("yolox-nano", "yolox-tiny"):
+        for setting in ("as shipped", "0"):
+            assert rows[f"{name}, multiscale_range {setting}"]["sizes"] == wide
+    assert rows["yolox-s, multiscale_range as shipped"]["sizes"] == list(range(480, 801, 32))
+    assert rows["yolox-s, multiscale_range 0"]["sizes"] == [640]
 
 
 # --------------------------------------------------------------------------- (f) evaluation

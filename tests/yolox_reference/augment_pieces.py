@@ -37,6 +37,19 @@ class FixedDraws:
         return self._next("random")
 
 
+class UnitDraws:
+    """A stand-in for np.random.Generator whose `uniform(low, high)` maps the given unit variates as Python's
+    random.uniform does (low + (high - low) * u): fed official's random.random() values, it also checks the
+    ranges each side draws from."""
+
+    def __init__(self, units: list[float]) -> None:
+        self.units = list(units)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        assert size is None
+        return low + (high - low) * self.units.pop(0)
+
+
 def images() -> list[np.ndarray]:
     """Generated shapes images (square and cut to non-square) and one holding every byte value."""
     from yolox_fast.data.datasets.synthetic import render_image
@@ -181,6 +194,59 @@ def affine_matrix_relation() -> dict:
     return {"max_abs_linear_diff": worst_linear, "max_abs_shift_minus_expected": worst_shift}
 
 
+def affine_origin_vs_random_affine() -> dict:
+    """`affine_pivot "origin"` against official's random_affine (the mosaic's last step) on the same 2x
+    canvas, boxes and draws: the matrix, the warped image and the warped boxes. Official filters no box here
+    (its TrainTransform later drops those of min side <= 1 px); ours applies that filter (its default,
+    box_min_size 1) right after the warp: its boxes are official's with min side > 1 px."""
+    from yolox.data.data_augment import get_affine_matrix, random_affine
+
+    from yolox_fast.data.augment import affine_matrix, warp_affine
+
+    out_hw = (256, 320)
+    canvas = np.full((512, 640, 3), 114, np.uint8)
+    for k, tile in enumerate(images()[:3]):  # three generated images on the 2x canvas
+        canvas[(k // 2) * 256 : (k // 2) * 256 + 256, (k % 2) * 320 : (k % 2) * 320 + 256] = tile
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 600, (30, 2))
+    labels = np.concatenate([xy, xy + rng.uniform(1, 150, (30, 2)), rng.integers(0, 4, (30, 1))], 1)
+    labels[:, [0, 2]] = labels[:, [0, 2]].clip(0, 640)
+    labels[:, [1, 3]] = labels[:, [1, 3]].clip(0, 512)
+    worst_matrix, worst_pixel, worst_box, kept_mismatches, kept = 0.0, 0, 0.0, 0, 0
+    for seed in range(30):
+        # official's unit variates, in its order: angle, scale, shear_x, shear_y, translation x, y
+        random.seed(seed)
+        angle, scale, shear_x, shear_y, tx, ty = (random.random() for _ in range(6))
+        random.seed(seed)
+        official_img, official_labels = random_affine(
+            canvas.copy(), labels.copy(), (out_hw[1], out_hw[0]), 10.0, 0.1, (0.5, 1.5), 2.0
+        )
+        random.seed(seed)
+        official_matrix, _ = get_affine_matrix((out_hw[1], out_hw[0]), 10.0, 0.1, (0.5, 1.5), 2.0)
+        # ours draws: angle, scale, shear of row 0 (official's shear_y), of row 1, then the translation
+        draws = UnitDraws([angle, scale, shear_y, shear_x, tx, ty])
+        matrix = affine_matrix(draws, canvas.shape[:2], out_hw, 10, 0.1, (0.5, 1.5), 2, pivot="origin")
+        ours_img, ours_labels = warp_affine(canvas.copy(), labels.copy(), matrix, out_hw)
+        worst_matrix = max(worst_matrix, float(np.abs(matrix - official_matrix).max()))
+        worst_pixel = max(worst_pixel, int(np.abs(ours_img.astype(int) - official_img.astype(int)).max()))
+        sides = official_labels[:, 2:4] - official_labels[:, 0:2]
+        expected = official_labels[sides.min(1) > 1]
+        kept += len(expected)
+        if len(expected) != len(ours_labels) or not np.array_equal(expected[:, 4], ours_labels[:, 4]):
+            kept_mismatches += 1
+            continue
+        if len(expected):
+            worst_box = max(worst_box, float(np.abs(expected[:, :4] - ours_labels[:, :4]).max()))
+    return {
+        "cases": 30,
+        "boxes_kept": kept,
+        "max_abs_matrix_diff": worst_matrix,
+        "max_abs_pixel_diff": worst_pixel,
+        "kept_box_mismatches": kept_mismatches,
+        "max_abs_box_diff": worst_box,
+    }
+
+
 def train_transform_compare(imgs) -> dict:
     """Both TrainTransforms, no HSV, always mirrored, on non-mosaic-like inputs: same image and the same
     boxes, except the boxes 1 < min side <= 2 px (official keeps, ours' box_candidates drops)."""
@@ -225,6 +291,7 @@ def collect(argv: list[str] | None = None) -> dict:
         "mosaic_placement": placement_equal(),
         "affine_boxes": affine_boxes_equal(),
         "affine_matrix": affine_matrix_relation(),
+        "affine_origin": affine_origin_vs_random_affine(),
         "train_transform": train_transform_compare(imgs),
     }
 

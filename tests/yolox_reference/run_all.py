@@ -14,9 +14,11 @@ import traceback
 import augment_pieces
 import common
 import data_stats
+import differences
 import eval_pipeline
 import loss_grad
 import schedule
+import zoo_init
 
 SECTIONS = {
     "loss_grad": loss_grad.collect,
@@ -24,6 +26,8 @@ SECTIONS = {
     "augment_pieces": augment_pieces.collect,
     "data_stats": data_stats.collect,
     "eval_pipeline": eval_pipeline.collect,
+    "differences": differences.collect,
+    "zoo_init": zoo_init.collect,
 }
 
 

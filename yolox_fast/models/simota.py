@@ -40,6 +40,7 @@ difference of the factorised sum (ties are broken by topk/argmin, as in YOLOX, i
 from __future__ import annotations
 
 import itertools
+import math
 from typing import NamedTuple
 
 import psutil
@@ -58,6 +59,9 @@ BCE_LOG_CLAMP = -100.0
 # page-faulting fresh memory, measured fastest (4-8 MiB beat one whole-batch chunk by 2x at N=64).
 DEFAULT_FREE_FRACTION = 0.25
 CPU_CHUNK_BYTES = 8 * 2**20
+# Chunks get this share of a budget after the resident tables: their estimate leaves out small temporaries
+# and allocator slack (measured within 10%)
+CHUNK_SHARE = 0.85
 
 
 class SimOTAResult(NamedTuple):
@@ -341,12 +345,19 @@ def _chunk_budget(max_bytes: int | None, device: torch.device, resident: int) ->
         return min(int(psutil.virtual_memory().available * DEFAULT_FREE_FRACTION), CPU_CHUNK_BYTES)
     if max_bytes is None:
         max_bytes = int(torch.cuda.mem_get_info(device)[0] * DEFAULT_FREE_FRACTION)
-    if resident >= max_bytes:
+    return int(CHUNK_SHARE * max(max_bytes - resident, 0))
+
+
+def _warn_below_floor(max_bytes: int | None, resident: int, largest_image: int) -> None:
+    """Say so when `max_bytes` cannot hold: a chunk holds at least one image, so the call needs the
+    resident tables plus the largest image's working set (`largest_image` B, estimated) at the least."""
+    floor = resident + math.ceil(largest_image / CHUNK_SHARE)
+    if max_bytes is not None and max_bytes < floor:
         logger.warning(
-            f"SimOTA: max_bytes={max_bytes} is below the batch's resident {resident} B; "
-            "assigning one image at a time"
+            f"SimOTA: max_bytes={max_bytes} is below this batch's floor of {floor} B (its tables and its "
+            f"largest image's working set): the largest images are assigned one at a time, in up to "
+            f"about {floor} B"
         )
-    return int(0.85 * max(max_bytes - resident, 0))
 
 
 @torch.no_grad()
@@ -428,6 +439,8 @@ def simota_assign(
         resident = fg_mask.numel() * 21 + 4 * slots.numel() * 8
         budget = _chunk_budget(max_bytes, device, resident)
         chunks = _plan_chunks(sizes_u, sizes_g, slots.shape[2], num_classes, budget)
+        per_image = [_chunk_bytes(1, u, g, slots.shape[2], num_classes) for u, g in zip(sizes_u, sizes_g)]
+        _warn_below_floor(max_bytes, resident, max(per_image, default=0))
         tables = _BatchTables(
             pred_boxes,
             cls_logits,

@@ -1,20 +1,31 @@
 """The per-image, per-GT SimOTA loop, written like official YOLOX: the oracle `simota_assign` is tested
-against and the baseline the benchmarks time it against. Not used in training."""
+against and the baseline the benchmarks time it against. Not used in training.
+
+It shares no arithmetic with `models/simota.py` (only the result's type): the IoU, the class score, the input
+checks and the window penalty are written out here again, plainly, so that a bug in the batched assigner's
+helpers shows up as a difference from this loop instead of being in both.
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from yolox_fast.models.simota import (
-    IOU_EPS,
-    SimOTAResult,
-    _check_classes,
-    _class_prob,
-    _prepare,
-    window_penalty,
-)
-from yolox_fast.utils.boxes import bboxes_iou
+from yolox_fast.models.simota import SimOTAResult
+
+
+def pairwise_iou_cxcywh(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU (G, U) of every box of a (G, 4) with every box of b (U, 4), both cx, cy, w, h, float32: the
+    overlap of the corner boxes over their union (the union at least the smallest normal float, so that
+    empty boxes give 0)."""
+    a_lo, a_hi = a[:, :2] - a[:, 2:] / 2, a[:, :2] + a[:, 2:] / 2  # (G, 2) top-left, bottom-right
+    b_lo, b_hi = b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2  # (U, 2)
+    overlap = (torch.min(a_hi[:, None], b_hi[None]) - torch.max(a_lo[:, None], b_lo[None])).clamp(min=0)
+    inter = overlap[..., 0] * overlap[..., 1]  # (G, U)
+    area_a = (a_hi[:, 0] - a_lo[:, 0]) * (a_hi[:, 1] - a_lo[:, 1])  # (G,)
+    area_b = (b_hi[:, 0] - b_lo[:, 0]) * (b_hi[:, 1] - b_lo[:, 1])  # (U,)
+    union = area_a[:, None] + area_b[None] - inter
+    return inter / union.clamp(min=torch.finfo(union.dtype).tiny)
 
 
 @torch.no_grad()
@@ -38,13 +49,21 @@ def simota_assign_reference(
     `get_in_boxes_info` with the box prior); same I/O as `simota_assign` (`max_bytes` is accepted and
     ignored). For tests and benchmarks."""
     del max_bytes
-    penalty = window_penalty(box_prior)
+    penalty = 1e5 if box_prior else 1e6  # outside a GT's window: YOLOX 0.3.0's, the later YOLOX's
     with torch.autocast(pred_boxes.device.type, enabled=False):
-        pred_boxes, obj_logits, gt_boxes, gt_valid = _prepare(
-            pred_boxes, cls_logits, obj_logits, gt_boxes, gt_mask, iou_weight, penalty
-        )
         num_images, num_anchors, num_classes = cls_logits.shape
-        _check_classes(gt_classes, gt_valid, num_classes)
+        if 100.0 * num_classes + iou_weight * 18.5 >= penalty:  # each BCE term is at most 100
+            raise ValueError(
+                f"SimOTA's {penalty:g} window penalty is not dominant with {num_classes} classes"
+            )
+        pred_boxes = pred_boxes.float()
+        obj_logits = obj_logits.reshape(num_images, num_anchors).float()
+        gt_boxes = gt_boxes.float()
+        gt_valid = gt_mask.bool() & torch.isfinite(gt_boxes).all(-1)  # (N, G)
+        out_of_range = gt_valid & ((gt_classes < 0) | (gt_classes >= num_classes))
+        if bool(out_of_range.any()):
+            ids = gt_classes[out_of_range].unique().tolist()
+            raise ValueError(f"ground-truth class ids outside [0, {num_classes}): {ids}")
         device = pred_boxes.device
         fg_mask = torch.zeros(num_images, num_anchors, dtype=torch.bool, device=device)
         matched_gt = torch.zeros(num_images, num_anchors, dtype=torch.long, device=device)
@@ -87,10 +106,11 @@ def simota_assign_reference(
             window = in_window[:, is_candidate]  # (G, U)
             anchors = is_candidate.nonzero()[:, 0]  # (U,)
             boxes = pred_boxes[n, anchors]
-            p = _class_prob(cls_logits[n, anchors].float(), obj_logits[n, anchors, None])  # (U, C)
+            # YOLOX's joint score sqrt(sigmoid(cls) * sigmoid(obj)) (U, C)
+            p = (cls_logits[n, anchors].float().sigmoid() * obj_logits[n, anchors, None].sigmoid()).sqrt()
             bad = torch.isnan(p).any(dim=1) | ~torch.isfinite(boxes).all(dim=1)
             p[bad] = 0.0  # any value in [0, 1]; their cost is set to inf below
-            ious = bboxes_iou(gt, boxes, xyxy=False)  # (G, U)
+            ious = pairwise_iou_cxcywh(gt, boxes)  # (G, U)
             ious[:, bad] = 0.0
             num_gt, num_cand = ious.shape
             onehot = F.one_hot(gt_classes[n, gt_idx].long(), num_classes).float()
@@ -100,7 +120,7 @@ def simota_assign_reference(
                 onehot.unsqueeze(1).repeat(1, num_cand, 1),
                 reduction="none",
             ).sum(-1)
-            cost = cls_cost + iou_weight * -torch.log(ious + IOU_EPS) + penalty * (~window)
+            cost = cls_cost + iou_weight * -torch.log(ious + 1e-8) + penalty * (~window)
             cost[:, bad] = float("inf")
 
             top_ious = torch.topk(ious, min(topk, num_cand), dim=1).values
