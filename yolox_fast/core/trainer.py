@@ -149,6 +149,7 @@ class Trainer:
         self._in_step = True
         self.optimizer.zero_grad(set_to_none=True)
         outputs, data_time = self._accumulate_gradients()
+        self._check_damaged_images()  # what the workers skipped for these batches may stop the run
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)  # once per step: true gradients for the check and the clip
 
@@ -502,7 +503,6 @@ class Trainer:
             # a worker that found no decodable image left: the damaged images' count says why, in one line
             self._check_damaged_images()
             raise
-        self._check_damaged_images()
         nb = self.device.type == "cuda"  # non-blocking copies from pinned memory
         imgs = imgs.to(self.device, non_blocking=nb).float().contiguous(memory_format=self.memory_format)
         return imgs, targets.to(self.device, non_blocking=nb)
