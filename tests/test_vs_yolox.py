@@ -471,8 +471,8 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
            "--epochs", "2", "--e2e-batch", "4", "--e2e-repeats", "1", "--e2e-compile-repeats", "1",
            "--e2e-bf16", "--compile-backend", "eager", "--workers", "0", "--threads", "1",
            "--inference-images", "8", "--inference-size", "64", "--inference-batch", "4",
-           "--inference-repeats", "1", "--inference-weights", str(weights),
-           "--out", str(tmp_path)]  # fmt: skip
+           "--inference-repeats", "1", "--inference-weights", str(weights), "--eval-images", "8",
+           "--eval-repeats", "1", "--out", str(tmp_path)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -518,6 +518,14 @@ def test_vs_yolox_benchmark_runs_every_section(tmp_path):
         assert [float(x) for x in ours[4:]] == pytest.approx([float(x) for x in official[4:]], abs=2e-4), side
     demo_boxes = {row[3] for (task, _, _), row in rows.items() if task == "demo"}
     assert len(demo_boxes) == 1 and int(demo_boxes.pop()) > 0  # the same boxes, one at a time or batched
+    # one whole eval process per side, both --fuse: a time, a ratio, and the same detections and AP
+    table = proc.stdout.split("\neval process: ")[1].split("\n\n")[0].splitlines()[3:]
+    cells = {row[0]: row[1:] for row in ([c.strip() for c in line.strip("|").split("|")] for line in table)}
+    assert sorted(cells) == ["official", "ours"], table
+    assert cells["official"][3] == "1.00x" and float(cells["ours"][0]) > 0
+    assert int(cells["ours"][4]) > 0 and cells["ours"][4] == cells["official"][4], cells
+    ours_ap, official_ap = ([float(x) for x in cells[side][5:]] for side in ("ours", "official"))
+    assert ours_ap == pytest.approx(official_ap, abs=2e-4), cells
 
 
 def test_gpu_check_runs_against_official_on_a_cpu(tmp_path):

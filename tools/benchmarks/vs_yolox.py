@@ -32,6 +32,7 @@ alike; the median of the repeats is reported, and their range):
 - inference: images per second, fp32, the same weights on both sides (official's yolox-nano, or
   --inference-weights loaded into it, its state_dict shared), on the same generated validation images
   (--inference-images, at nano's test size unless --inference-size), after one untimed round.
+  Official's model has its BatchNorm folded (`fuse_model`, what its eval and demo tools' --fuse do).
   Evaluation: official's COCOEvaluator path (its loader, forward, postprocess, COCO records,
   evaluate_prediction) against `evaluator.evaluate` as `tools/eval.py -b B` runs it (loading, forward,
   NMS, scoring; without the report files) with its defaults (BatchNorm folded, NHWC) and with
@@ -47,6 +48,13 @@ alike; the median of the repeats is reported, and their range):
   training sections both sides evaluate markedly slower (see `inference_in_own_process`). That process
   lets glibc keep freed memory, as tools/eval.py and tools/demo.py do (`utils.allocator`): official's side
   gets it too, which its own tools do not have.
+- eval-process: seconds of one whole evaluation process per side, as a user types it, on the same
+  generated validation images (--eval-images at nano's test size) and the same weights (those of the
+  inference section): `tools/eval.py -c W -b B --conf 0.001 --fuse` against official's `tools/eval.py`
+  with the same flags (`benchmarks/official_eval.py`: its steps on a CPU). Everything a user waits for
+  counts: start-up, imports, dataset and model loading, evaluation, and what each tool writes after
+  (ours its report pictures and detections json). Fresh processes, alternated; each row also says its
+  detections and AP, which must be equal.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ import contextlib
 import copy
 import io
 import itertools
+import json
+import os
 import re
 import statistics
 import subprocess
@@ -78,7 +88,7 @@ from benchmarks.yolox_official import require_official_yolox
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s, .*?total_loss: ([0-9.]+)")
 COMPILE_LINE = re.compile(r"torch\.compile so far: \d+ graphs? compiled in ([0-9.]+) s")
-SECTIONS = ("iteration", "data", "end-to-end", "inference")
+SECTIONS = ("iteration", "data", "end-to-end", "inference", "eval-process")
 BF16_SIDE = "ours, --bf16 (autocast; official has none on a CPU)"
 
 
@@ -413,6 +423,7 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
     import cv2
     from loguru import logger
     from yolox.data.data_augment import ValTransform
+    from yolox.utils import fuse_model
     from yolox.utils import postprocess as official_postprocess
 
     from benchmarks.yolox_official import official_detections, official_nano_exp, official_score
@@ -439,7 +450,8 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
     torch.save({"model": state}, weights)
     official_model = official_exp.get_model()
     official_model.load_state_dict(state)
-    official_model.to(device).eval()
+    # as its users run it: official's tools/eval.py and tools/demo.py fold BatchNorm with --fuse
+    official_model = fuse_model(official_model.to(device).eval())
 
     exp.merge(["dataset", str(dataset_json), "num_classes", str(num_classes), "test_size", f"({size},{size})",
                "data_num_workers", str(args.workers)])  # fmt: skip
@@ -536,6 +548,81 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
     return rows, what
 
 
+def measure_eval_process(args, out: Path) -> tuple[list[list], str]:
+    """(table rows, what ran) of the eval-process section: whole `tools/eval.py` processes, both sides."""
+    num_classes, batch, n = len(CLASS_NAMES), args.inference_batch, args.eval_images
+    size = args.inference_size or 416  # nano's test size
+    dataset_json = make_fidelity_set(out / f"eval_process_{n}_{size}", 0, n, size)
+    root = dataset_json.parent
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' "loading annotations" lines
+        from benchmarks.yolox_official import official_nano_exp
+
+        official_evaluator = official_nano_exp({
+            "num_classes": num_classes, "data_dir": str(root), "val_ann": "instances_val2017.json",
+            "test_size": (size, size), "data_num_workers": args.workers,
+        }).get_evaluator(batch_size=batch, is_distributed=False)  # fmt: skip
+        state, weights_text = inference_state_dict(args, num_classes, official_evaluator)
+    weights = out / "eval_process_weights.pth"
+    torch.save({"model": state}, weights)
+    common = ["-c", str(weights), "-b", str(batch), "--conf", "0.001", "--fuse", "--tsize", str(size)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    commands = {
+        "official": [sys.executable, str(REPO / "tools" / "benchmarks" / "official_eval.py"), "-n",
+                     "yolox-nano", *common, "data_dir", str(root), "val_ann", "instances_val2017.json",
+                     "num_classes", str(num_classes), "data_num_workers", str(args.workers),
+                     "output_dir", str(out / "eval_process_official")],
+        "ours": [sys.executable, str(REPO / "tools" / "eval.py"), "-n", "yolox-nano", *common,
+                 "dataset", str(dataset_json), "num_classes", str(num_classes),
+                 "data_num_workers", str(args.workers), "output_dir", str(out / "eval_process_ours")],
+    }  # fmt: skip
+    found: dict[str, tuple] = {}
+
+    def timed(name: str) -> Callable[[], float]:
+        def measure() -> float:
+            t0 = time.perf_counter()
+            done = subprocess.run(commands[name], capture_output=True, text=True, timeout=3600, env=env)
+            seconds = time.perf_counter() - t0
+            if done.returncode != 0:
+                raise RuntimeError(f"{name}'s eval failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+            found[name] = eval_result(name, done.stdout + done.stderr)
+            return seconds
+
+        return measure
+
+    seconds = alternate({name: timed(name) for name in commands}, args.eval_repeats)
+    official = statistics.median(seconds["official"])
+    rows = []
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        rows.append([name, f"{median:.1f}", value_range(values, 1), f"{n / median:.1f}",
+                     f"{official / median:.2f}x", *found[name]])  # fmt: skip
+    what = (
+        f"one `tools/eval.py -b {batch} --conf 0.001 --fuse` process per side, {n} generated validation "
+        f"images at {size} px, weights: {weights_text}; fp32, {args.threads} torch threads, "
+        f"{args.workers} loader workers; median and range of {args.eval_repeats} alternated fresh processes"
+    )
+    return rows, what
+
+
+OURS_AP = re.compile(r"AP50:95 ([0-9.]+)  AP50 ([0-9.]+)")
+OFFICIAL_AP = re.compile(r"^detections (\d+) AP50:95 ([0-9.]+) AP50 ([0-9.]+)$", re.M)
+OURS_REPORT = re.compile(r"eval report written to (.+?): ")
+
+
+def eval_result(name: str, output: str) -> tuple[str, str, str]:
+    """(detections, AP50:95, AP50) as one eval process printed them."""
+    if name == "official":
+        found = OFFICIAL_AP.search(output)
+        if found is None:
+            raise RuntimeError(f"official's eval printed no result line:\n{output[-2000:]}")
+        return found[1], found[2], found[3]
+    ap, report = OURS_AP.search(output), OURS_REPORT.search(output)
+    if ap is None or report is None:
+        raise RuntimeError(f"tools/eval.py printed no AP or report folder:\n{output[-2000:]}")
+    detections = json.loads((Path(report[1]) / "detections.json").read_text())
+    return str(len(detections)), ap[1], ap[2]
+
+
 def main(argv) -> None:
     p = argparse.ArgumentParser(prog="benchmark.py vs-yolox", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -569,6 +656,8 @@ def main(argv) -> None:
         help="inference: checkpoint in official's layout (default the COCO nano in ../shared/weights if "
         "there, else official's random initialisation)",
     )
+    p.add_argument("--eval-images", type=int, default=500, help="eval-process: generated validation images")
+    p.add_argument("--eval-repeats", type=int, default=3, help="eval-process: processes per side")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads per side")
     p.add_argument("--out", default="YOLOX_outputs/vs_yolox")
     args = p.parse_args(argv)
@@ -608,6 +697,11 @@ def main(argv) -> None:
         )
         print(tabulate(rows, headers=["side", "img/s", "range", "vs official", "last-epoch loss"],
                        tablefmt="github"))  # fmt: skip
+    if "eval-process" in args.only:
+        rows, what = measure_eval_process(args, out)
+        print(f"\neval process: {what}")
+        headers = ["side", "seconds", "range", "img/s", "vs official", "detections", "AP50:95", "AP50"]
+        print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     if "inference" in args.only and args.only != ["inference"]:
         print(inference_in_own_process(argv))
     elif "inference" in args.only:
