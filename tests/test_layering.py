@@ -1,7 +1,8 @@
 """The layering rule of the README's "Layout": a folder of yolox_fast/ imports only from the layers below it,
 `api/` -> `tools/` -> `core/` -> `exp/` -> `evaluators/` -> `inference/` -> `data/`, `models/` -> `utils/`
-(`data/` and `models/` side by side: neither imports the other), and nothing in yolox_fast/ imports from tools/, benchmarks/ or
-exps/. Read from the source with `ast`, so imports inside functions count as well."""
+(`data/` and `models/` side by side: neither imports the other), and nothing in yolox_fast/ imports from the
+repository's tools/, benchmarks/ or exps/. Read from the source with `ast`, so imports inside functions count
+as well."""
 
 import ast
 from pathlib import Path
