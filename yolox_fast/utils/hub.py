@@ -2,10 +2,11 @@
 a cache folder, check its SHA-256 and give its path.
 
 The files are official YOLOX's COCO weights of release 0.1.1rc0 (what its model zoo links to). Megvii
-publishes no checksums. For yolox-tiny, -s and -m, the SHA-256 (and size) below were recorded by a third party
-that downloaded them (a public repository's notes); we could not download them here to confirm. For the
-others the first download is trusted: its SHA-256 is written beside the file (`<file>.sha256`) and every
-later use checks the file against it, so a cache damaged later is caught (trust on first use).
+publishes no checksums. For yolox-tiny, -s, -m, -l and -x the SHA-256 below is the one that two independent
+public records of downloads of those files agree on; we could not download them here to confirm. For
+yolox-nano (one record only) the first download is trusted: its SHA-256 is written beside the file
+(`<file>.sha256`) and every later use checks the file against it, so a cache damaged later is caught (trust on
+first use).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ WEIGHTS = {
     "yolox-tiny": ("yolox_tiny.pth", "9de513de589ac98bb92d3bca53b5af7b9acfa9b0bacb831f7999d0f7afaee8f0"),
     "yolox-s": ("yolox_s.pth", "f55ded7181e1b0c13285c56e7790b8f0e8f8db590fe4edb37f0b7f345c913a30"),
     "yolox-m": ("yolox_m.pth", "60076992b32da82951c90cfa7bd6ab70eba9eda243e08b940a396f60ac2d19b6"),
-    "yolox-l": ("yolox_l.pth", None),
-    "yolox-x": ("yolox_x.pth", None),
+    "yolox-l": ("yolox_l.pth", "1e6b7fa6240375370b2a8a8eab9066b3cdd43fd1d0bfa8d2027fd3a51def2917"),
+    "yolox-x": ("yolox_x.pth", "5652330b6ae860043f091b8f550a60c10e1129f416edfdb65c259be6caf355cf"),
 }
 CHUNK = 1 << 20  # bytes read and hashed at a time
 
