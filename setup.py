@@ -58,6 +58,8 @@ setup(
         "tabulate",
         "tensorboard",
         "psutil",
+        # parses COCO annotation files about 4x faster than json (the 448 MB train file: the first start)
+        "orjson",
         "pyyaml",  # Ultralytics data.yaml dataset descriptions
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
     ],

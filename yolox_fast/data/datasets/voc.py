@@ -31,6 +31,7 @@ import numpy as np
 from loguru import logger
 
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord, records_to_coco
+from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder, decode_string, encode_strings
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -212,33 +213,42 @@ class VOCDetection(DetectionDataset):
         for_eval: bool = False,
     ) -> None:
         self.root = root
-        self.image_names: list[tuple[str, str]] = []
         self.for_eval = for_eval
         self.class_ids = list(range(1, len(class_names) + 1))
         label = describe_split(split)
         problems = problems if problems is not None else DatasetProblems()
-        records = self._records(split_entries(root, split), class_names, problems, label)
+        index = self._index(split_entries(root, split), class_names, problems, label)
+        self._coco = None
         super().__init__(
-            name, records, class_names, img_size, split=label, skip_corrupt=skip_corrupt, problems=problems
+            name, index, class_names, img_size, split=label, skip_corrupt=skip_corrupt, problems=problems
         )
 
-    def _records(
+    def _index(
         self,
         entries: list[tuple[str, str, str]],
         class_names: Sequence[str],
         problems: DatasetProblems,
         label,
-    ) -> list[ImageRecord]:
+    ) -> DatasetIndex:
         index = {n: i for i, n in enumerate(class_names)}
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
-        records: list[ImageRecord] = []
+        builder = IndexBuilder()
+        names = []  # "year/stem" of each image kept, for VOC result files
         for xml_path, images_dir, year in entries:
-            rec = self._parse(xml_path, images_dir, len(records), index, clip, problems)
+            rec = self._parse(xml_path, images_dir, len(builder), index, clip, problems)
             if rec is not None:
-                records.append(rec)
-                self.image_names.append((year, Path(xml_path).stem))
+                builder.add(rec)
+                names.append(f"{year}/{Path(xml_path).stem}")
         clip.report(label)
-        return records
+        name_bytes, name_offsets = encode_strings(names)
+        return builder.build({"name_bytes": name_bytes, "name_offsets": name_offsets})
+
+    @property
+    def image_names(self) -> list[tuple[str, str]]:
+        """(year, XML stem) of each image, for writing VOC results (year "" outside VOCdevkit)."""
+        a = self.index.arrays
+        names = (decode_string(a["name_bytes"], a["name_offsets"], i) for i in range(len(self)))
+        return [tuple(n.split("/", 1)) for n in names]
 
     @staticmethod
     def _parse(
@@ -324,7 +334,7 @@ class VOCDetection(DetectionDataset):
     @property
     def coco(self):
         """The split's ground truth as an in-memory pycocotools COCO (difficult boxes as crowd: ignored)."""
-        if getattr(self, "_coco", None) is None:
+        if self._coco is None:
             self._coco = records_to_coco(self.records, self.class_ids, self.class_names, self.root)
         return self._coco
 

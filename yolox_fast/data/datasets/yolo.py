@@ -46,6 +46,7 @@ from yolox_fast.data.datasets.base import (
     ImageRecord,
     records_to_coco,
 )
+from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
@@ -336,12 +337,12 @@ class YOLODataset(DetectionDataset):
         files = list_image_files(self.root, entries, problems)
         if problems.collect:
             _note_unpaired_labels(self.root, entries, files, problems)
-        records = self._records(files, len(class_names), split, skip_corrupt, problems, keypoints)
+        index = self._index(files, len(class_names), split, skip_corrupt, problems, keypoints)
         super().__init__(
-            name, records, class_names, img_size, split=split, skip_corrupt=skip_corrupt, problems=problems
+            name, index, class_names, img_size, split=split, skip_corrupt=skip_corrupt, problems=problems
         )
 
-    def _records(
+    def _index(
         self,
         files: list[str],
         num_classes: int,
@@ -349,13 +350,13 @@ class YOLODataset(DetectionDataset):
         skip_corrupt: bool,
         problems: DatasetProblems,
         keypoints: bool,
-    ) -> list[ImageRecord]:
+    ) -> DatasetIndex:
         with ThreadPoolExecutor(HEADER_THREADS) as pool:
             sizes = list(pool.map(_try_size, files))
         # with skip_corrupt, training skips bad label lines and says how many in one line
         line_log = problems if problems.collect or not skip_corrupt else DatasetProblems(collect=True)
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
-        records, unreadable = [], []
+        records, unreadable = IndexBuilder(), []
         for img_id, (file, size) in enumerate(zip(files, sizes)):
             labels_file = label_path(file)
             labels, lines = parse_label_file(labels_file, num_classes, line_log, keypoints)
@@ -378,7 +379,7 @@ class YOLODataset(DetectionDataset):
             raw = (boxes.copy(), classes, np.zeros(len(classes), dtype=bool))
             keep = clip.clip(boxes, width, height, lambda k, f=labels_file, n=lines: f"{f}:{n[k]}")
             changed = not keep.all() or not np.array_equal(raw[0], boxes)
-            records.append(
+            records.add(
                 ImageRecord(
                     img_id=img_id,
                     file=file,
@@ -396,7 +397,7 @@ class YOLODataset(DetectionDataset):
             first = next(k.examples[0] for k in line_log.kinds.values())
             logger.warning(f"{split}: skipped {line_log.count()} bad label lines (first: {first})")
         clip.report(split)
-        return records
+        return records.build()
 
     @cached_property
     def coco(self) -> COCO:
