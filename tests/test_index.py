@@ -114,6 +114,19 @@ def test_coco_index_equals_the_json_image_by_image_parsed_and_saved(tmp_path):
     assert_matches(saved, truth)
 
 
+def test_a_saved_index_pickles_as_its_folder(tmp_path):
+    import pickle
+
+    ann = write_coco_set(tmp_path, 30)
+    index = COCODataset(str(tmp_path), "images", str(ann), index_dir=str(tmp_path / "cache")).index
+    blob = pickle.dumps(index)
+    assert len(blob) < 1000  # the folder, not the arrays
+    back = pickle.loads(blob)
+    assert isinstance(back.boxes, np.memmap)
+    np.testing.assert_array_equal(back.boxes, index.boxes)
+    assert back.meta == index.meta
+
+
 def test_coco_scoring_truth_is_every_annotation_as_the_file_gives_it(tmp_path):
     ann = write_coco_set(tmp_path, 20)
     data = json.loads(ann.read_text())

@@ -88,6 +88,7 @@ class DatasetIndex:
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
+    folder: Path | None = None  # where the arrays are mapped from (`load`); None: in memory
 
     def __post_init__(self) -> None:
         missing = [name for name in CORE if name not in self.arrays]
@@ -102,6 +103,17 @@ class DatasetIndex:
 
     def __len__(self) -> int:
         return len(self.arrays["img_ids"])
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a mapped index pickles as its folder (a spawned worker maps the same pages), never as a copy
+        if self.folder is not None:
+            return {"folder": self.folder}
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if set(state) == {"folder"}:
+            state = DatasetIndex.load(state["folder"]).__dict__
+        self.__dict__.update(state)
 
     @property
     def box_counts(self) -> np.ndarray:
@@ -172,7 +184,7 @@ class DatasetIndex:
                 array = np.load(entry.path, mmap_mode="r", allow_pickle=False)
                 # an empty array cannot be mapped (numpy reads it): either way it is read-only
                 arrays[entry.name[: -len(".npy")]] = array
-        return cls(arrays, meta)
+        return cls(arrays, meta, Path(folder))
 
 
 class IndexBuilder:
