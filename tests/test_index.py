@@ -287,6 +287,20 @@ def test_existing_files_lists_each_folder_once(tmp_path):
     assert existing_files(files) == {str(tmp_path / "a" / "x.jpg")}
 
 
+def test_voc_images_are_found_in_one_listing_of_their_folder(tmp_path):
+    from yolox_fast.data.datasets.voc import find_image, folder_listing
+
+    (tmp_path / "a.JPG").touch()
+    (tmp_path / "b.png").touch()
+    listing = folder_listing(str(tmp_path))
+    assert listing == {"a.JPG", "b.png"} and folder_listing(str(tmp_path / "none")) == frozenset()
+    assert find_image(str(tmp_path), "x/y/a.JPG", "a", listing) == str(tmp_path / "a.JPG")
+    assert find_image(str(tmp_path), None, "b", listing) == str(tmp_path / "b.png")
+    assert find_image(str(tmp_path), "c.jpg", "c", listing) is None
+    # the listing is what is asked: a name it holds is found without a stat
+    assert find_image("/nowhere", "z.jpg", "z", frozenset({"z.jpg"})) == "/nowhere/z.jpg"
+
+
 # ------------------------------------------------------------------------------------------ memory
 def _uss() -> int:
     return psutil.Process().memory_full_info().uss

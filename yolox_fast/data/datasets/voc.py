@@ -152,20 +152,37 @@ def describe_split(split: Mapping[str, Any] | Sequence[Sequence[str]]) -> str:
     return f"every XML of {where}"
 
 
-def find_image(images_dir: str, file_name: str | None, stem: str) -> str | None:
-    """The image of an XML: `<images_dir>/<file_name>`, else `<images_dir>/<stem>.<ext>`; None if neither."""
+def folder_listing(folder: str) -> frozenset[str]:
+    """The names of the files in `folder` (empty if it cannot be listed): one listing answers every
+    "is this image there?" of a split, where a stat per candidate name takes minutes on a network file
+    system at 100k images."""
+    try:
+        with os.scandir(folder) as entries:
+            return frozenset(e.name for e in entries if e.is_file())
+    except OSError:
+        return frozenset()
+
+
+def find_image(
+    images_dir: str, file_name: str | None, stem: str, listing: frozenset[str] | None = None
+) -> str | None:
+    """The image of an XML: `<images_dir>/<file_name>`, else `<images_dir>/<stem>.<ext>`; None if neither.
+    `listing`: the file names in images_dir (`folder_listing`), looked up instead of a stat per name."""
+
+    def there(name: str) -> bool:
+        if listing is not None and "/" not in name:
+            return name in listing
+        return os.path.isfile(os.path.join(images_dir, name))
+
     if file_name:
-        direct = os.path.join(images_dir, file_name.strip().replace("\\", "/"))
-        if os.path.isfile(direct):
-            return direct
-        by_base = os.path.join(images_dir, os.path.basename(file_name.strip().replace("\\", "/")))
-        if os.path.isfile(by_base):
-            return by_base
+        given = file_name.strip().replace("\\", "/")
+        for name in (given, os.path.basename(given)):
+            if there(name):
+                return os.path.join(images_dir, name)
     for ext in IMAGE_SUFFIXES:
         for candidate in (f"{stem}{ext}", f"{stem}{ext.upper()}"):
-            path = os.path.join(images_dir, candidate)
-            if os.path.isfile(path):
-                return path
+            if there(candidate):
+                return os.path.join(images_dir, candidate)
     return None
 
 
@@ -234,8 +251,11 @@ class VOCDetection(DetectionDataset):
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
         builder = IndexBuilder()
         names = []  # "year/stem" of each image kept, for VOC result files
+        listings: dict[str, frozenset[str]] = {}
         for xml_path, images_dir, year in entries:
-            rec = self._parse(xml_path, images_dir, len(builder), index, clip, problems)
+            if images_dir not in listings:
+                listings[images_dir] = folder_listing(images_dir)
+            rec = self._parse(xml_path, images_dir, len(builder), index, clip, problems, listings[images_dir])
             if rec is not None:
                 builder.add(rec)
                 names.append(f"{year}/{Path(xml_path).stem}")
@@ -258,8 +278,10 @@ class VOCDetection(DetectionDataset):
         index: dict,
         clip: BoxClipCounter,
         problems: DatasetProblems,
+        listing: frozenset[str] | None = None,
     ) -> ImageRecord | None:
-        """The record of one image, or None when its XML is unusable (collecting `problems` only)."""
+        """The record of one image, or None when its XML is unusable (collecting `problems` only);
+        `listing`: the file names of images_dir (see `find_image`)."""
         if not os.path.isfile(xml_path):
             problems.error("missing annotation", f"VOC annotation not found: {xml_path}", FileNotFoundError)
             return None
@@ -269,7 +291,7 @@ class VOCDetection(DetectionDataset):
             problems.error("malformed annotation", f"VOC annotation {xml_path} is not valid XML: {err}")
             return None
         file_name = tree.findtext("filename")
-        img_file = find_image(images_dir, file_name, Path(xml_path).stem)
+        img_file = find_image(images_dir, file_name, Path(xml_path).stem, listing)
         if img_file is None:
             looked = os.path.join(images_dir, file_name or f"{Path(xml_path).stem}.jpg")
             problems.error(
