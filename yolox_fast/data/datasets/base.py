@@ -153,7 +153,9 @@ def records_to_coco(
 
 def existing_files(files: Sequence[str]) -> set[str]:
     """Those of `files` that exist as files, found with one listing per folder instead of one stat per
-    file: 118k stats take minutes on a network file system, a listing of their folder a second."""
+    file: 118k stats take minutes on a network file system, a listing of their folder a second. A name
+    the listing lacks is still asked for by itself (a case-insensitive file system finds `A.JPG` as
+    `a.jpg`)."""
     by_folder: dict[str, list[str]] = defaultdict(list)
     for file in files:
         by_folder[os.path.dirname(file)].append(file)
@@ -164,7 +166,7 @@ def existing_files(files: Sequence[str]) -> set[str]:
                 listed = {e.name for e in entries if e.is_file()}
         except OSError:  # no such folder, or not readable: none of its files can be read
             continue
-        present.update(f for f in in_folder if os.path.basename(f) in listed)
+        present.update(f for f in in_folder if os.path.basename(f) in listed or os.path.isfile(f))
     return present
 
 
@@ -174,6 +176,9 @@ def _fmt_box(box: np.ndarray) -> str:
 
 class DetectionDataset(Dataset):
     """Images with boxes, resized for training (`pull_item`) or letterboxed for evaluation (`__getitem__`).
+
+    The images and boxes are a DatasetIndex of flat arrays (`index`); `records` reads it as ImageRecords
+    built on demand, so the dataset holds no Python object per image.
 
     `img_size` (H, W): training images are resized keeping aspect to fit it (what mosaic and the cache
     use); evaluation items are letterboxed to it. With `skip_corrupt` an image that cannot be decoded
