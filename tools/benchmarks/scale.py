@@ -44,6 +44,7 @@ import psutil
 from tabulate import tabulate
 
 MIB = float(1 << 20)
+PARTS = ("start", "worker", "loader", "ranks")
 # instance counts of COCO train2017's 80 categories (in id order, approximately as published): the class
 # frequencies of the generated sets (person 30%, toaster and hair drier under 0.03%)
 COCO_COUNTS = (
@@ -328,10 +329,11 @@ def _hold_dataset(side: str, root: str, size: int, index_dir: str, ready, start,
     _import_side(side)
     ready.set()
     start.wait()
-    _build(side, root, size, index_dir)
+    held = _build(side, root, size, index_dir)  # kept until measured, as a rank keeps its dataset
     gc.collect()
     built.set()
     done.wait()
+    del held
 
 
 def measure_ranks(side: str, root: str, size: int, index_dir: str, ranks: int) -> dict:
@@ -431,27 +433,36 @@ def run_size(args, n: int, sides: list[str], work: Path) -> list[list]:
     rows = []
     index_dir = str(root / "cache")
     for side in sides:
-        label = f"{n:,} {side}"
-        first = _in_child(measure_start, side, str(root), args.size, index_dir)
-        row = [label, f"{first['seconds']:.1f}", f"{first['added_mib']:.0f}", f"{first['peak_mib']:.0f}"]
-        second = _in_child(measure_start, side, str(root), args.size, index_dir) if side == "ours" else None
-        row.append(
-            f"{second['seconds']:.2f} s, +{second['added_mib']:.0f} MiB" if second else "(parses again)"
-        )
-        worker = _in_child(measure_worker, side, str(root), args.size, index_dir)
-        row.append(f"{worker['touched_mib']:.1f} / {worker['gc_mib']:.1f}")
-        if args.iters:
+        row = [f"{n:,} {side}"]
+        if "start" in args.parts:
+            first = _in_child(measure_start, side, str(root), args.size, index_dir)
+            row += [f"{first['seconds']:.1f}", f"{first['added_mib']:.0f}", f"{first['peak_mib']:.0f}"]
+            if side == "ours":
+                again = _in_child(measure_start, side, str(root), args.size, index_dir)
+                row.append(f"{again['seconds']:.2f} s, +{again['added_mib']:.0f} MiB")
+            else:
+                row.append("(parses again)")
+        else:
+            row += ["-"] * 4
+        if "worker" in args.parts:
+            worker = _in_child(measure_worker, side, str(root), args.size, index_dir)
+            row.append(f"{worker['touched_mib']:.1f} / {worker['gc_mib']:.1f}")
+        else:
+            row.append("-")
+        if "loader" in args.parts and args.iters > 10:
             loader = _in_child(
                 measure_loader, side, str(root), args.size, args.batch, args.workers, args.iters, index_dir
             )
             growth = [late - early for early, late in zip(loader["early"], loader["late"])]
-            row.append(f"{max(growth):.1f}" if growth else "-")
-            row.append(f"{loader['tree_pss_mib']:.0f}")
+            row += [f"{max(growth):.1f}" if growth else "-", f"{loader['tree_pss_mib']:.0f}"]
         else:
             row += ["-", "-"]
-        one = _in_child(measure_ranks, side, str(root), args.size, index_dir, 1)
-        two = _in_child(measure_ranks, side, str(root), args.size, index_dir, 2)
-        row.append(f"{one['added_pss_mib']:.0f} / {two['added_pss_mib']:.0f}")
+        if "ranks" in args.parts:
+            one = _in_child(measure_ranks, side, str(root), args.size, index_dir, 1)
+            two = _in_child(measure_ranks, side, str(root), args.size, index_dir, 2)
+            row.append(f"{one['added_pss_mib']:.0f} / {two['added_pss_mib']:.0f}")
+        else:
+            row.append("-")
         rows.append(row)
         print(tabulate([row], tablefmt="plain"), flush=True)
     if not args.keep:
@@ -484,7 +495,14 @@ def main(argv=None) -> None:
     p.add_argument("--size", type=int, default=320, help="input size (px) of the datasets and the loader")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--iters", type=int, default=100, help="loader batches (0: no loader measurement)")
+    p.add_argument("--iters", type=int, default=100, help="loader batches (more than 10)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        default=list(PARTS),
+        choices=PARTS,
+        help="the train-set measurements to make (the evaluation's: --eval-dets)",
+    )
     p.add_argument("--eval-images", type=int, default=5000)
     p.add_argument("--eval-dets", type=int, nargs="*", default=[100, 300, 2100], help="detections per image")
     p.add_argument("--official-eval-max-dets", type=int, default=300)
