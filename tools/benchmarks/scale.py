@@ -458,6 +458,8 @@ def run_size(args, n: int, sides: list[str], work: Path) -> list[list]:
         else:
             row += ["-", "-"]
         if "ranks" in args.parts:
+            if side == "ours":  # the ranks of a run after the first: the index is saved (the first parses)
+                _in_child(measure_start, side, str(root), args.size, index_dir)
             one = _in_child(measure_ranks, side, str(root), args.size, index_dir, 1)
             two = _in_child(measure_ranks, side, str(root), args.size, index_dir, 2)
             row.append(f"{one['added_pss_mib']:.0f} / {two['added_pss_mib']:.0f}")
