@@ -141,6 +141,27 @@ def test_coco_scoring_truth_is_every_annotation_as_the_file_gives_it(tmp_path):
     assert sorted(gt.getImgIds()) == sorted(im["id"] for im in data["images"])
 
 
+def test_the_json_reader_keeps_the_box_fields_and_skips_the_masks(tmp_path):
+    from yolox_fast.data.datasets.coco_json import read_coco_json
+
+    ann = write_coco_set(tmp_path, 5)
+    data = read_coco_json(ann)
+    full = json.loads(ann.read_text())
+    assert all("segmentation" not in a for a in data["annotations"])
+    for a, b in zip(data["annotations"], full["annotations"]):
+        assert a == {k: b[k] for k in ("id", "image_id", "category_id", "bbox", "area", "iscrowd")}
+    assert data["images"] == full["images"] and data["categories"] == full["categories"]
+    full["annotations"][2]["bbox"] = "10 10 5 5"  # another type: parsed whole, the reader names it
+    ann.write_text(json.dumps(full))
+    assert read_coco_json(ann)["annotations"][2]["segmentation"]
+    bad = full["annotations"][2]["id"]
+    with pytest.raises(ValueError, match=f"annotation id {bad} has bbox '10 10 5 5'"):
+        COCODataset(str(tmp_path), "images", str(ann), index_dir=str(tmp_path / "cache"))
+    ann.write_text(ann.read_text()[:-20])
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        read_coco_json(ann)
+
+
 def test_a_second_start_reads_the_saved_index_and_an_edited_file_is_parsed_again(tmp_path, monkeypatch):
     ann = write_coco_set(tmp_path, 10)
     folder = str(tmp_path / "cache")

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+import msgspec
 import numpy as np
-import orjson
 import psutil
 from tabulate import tabulate
 
@@ -141,7 +141,7 @@ def make_coco_set(root: Path, split: str, n: int, seed: int = 0) -> Path:
             "categories": cats}  # fmt: skip
     path = root / "annotations" / f"instances_{split}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(data))
+    path.write_bytes(msgspec.json.encode(data))
     return path
 
 
@@ -290,7 +290,7 @@ def _loader(side: str, root: str, size: int, batch: int, workers: int, index_dir
         description = {"name": "scale", "format": "coco", "root": root, "train": split, "val": split}
         description["class_names"] = [f"class_{i}" for i in COCO_IDS]
         Path(index_dir).mkdir(parents=True, exist_ok=True)
-        (Path(index_dir) / "scale.json").write_bytes(orjson.dumps(description))
+        (Path(index_dir) / "scale.json").write_bytes(msgspec.json.encode(description))
         exp = Exp()
         exp.dataset, exp.input_size, exp.num_classes = str(Path(index_dir) / "scale.json"), (size, size), 80
         exp.data_num_workers, exp.cache_dir, exp.seed = workers, index_dir, 0

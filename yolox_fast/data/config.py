@@ -16,7 +16,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-import orjson
+from yolox_fast.data.datasets.coco_json import read_coco_json
 
 
 def _config_dir() -> Path:
@@ -185,11 +185,7 @@ def coco_category_names(cfg: dict[str, Any], path: Path | str | None = None) -> 
 def _trained_category_names(ann: str, size: int, mtime_ns: int) -> tuple[str, ...]:
     """The trained category names of an annotation file, parsed once per process for each (size, mtime):
     a run reads the description several times."""
-    try:
-        data = orjson.loads(Path(ann).read_bytes())
-    except orjson.JSONDecodeError as err:
-        raise ValueError(f"COCO annotation file {ann} is not valid JSON ({err}): truncated?") from err
-    return tuple(c["name"] for c in trained_categories(data)[0])
+    return tuple(c["name"] for c in trained_categories(read_coco_json(ann))[0])
 
 
 def trained_categories(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
