@@ -29,7 +29,6 @@ import gc
 import io
 import multiprocessing as mp
 import os
-import resource
 import shutil
 import tempfile
 import time
@@ -175,8 +174,20 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def _reset_peak() -> None:
+    """Start the process's peak resident size (VmHWM) again from its current size (Linux 4.0+). getrusage's
+    ru_maxrss would not do: a child starts with its parent's, here the generator's peak."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """The process's peak resident size in bytes since `_reset_peak`."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _tree_pss(pid: int) -> int:
@@ -238,6 +249,7 @@ def measure_start(side: str, root: str, size: int, index_dir: str) -> dict:
     _import_side(side)
     gc.collect()
     before = _rss()
+    _reset_peak()
     t0 = time.perf_counter()
     dataset, _ = _build(side, root, size, index_dir)
     seconds = time.perf_counter() - t0
@@ -385,6 +397,7 @@ def measure_eval(side: str, root: str, per_image: int, index_dir: str) -> dict:
         from yolox.evaluators import COCOEvaluator
     gc.collect()
     before = _rss()
+    _reset_peak()
     t0 = time.perf_counter()
     if side == "ours":
         ds = OurDataset(root, "val2017", "instances_val2017.json", for_eval=True, index_dir=index_dir)
