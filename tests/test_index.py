@@ -178,6 +178,9 @@ def test_a_second_start_reads_the_saved_index_and_an_edited_file_is_parsed_again
     ann.write_text(json.dumps(data))
     with pytest.raises(AssertionError, match="parsed again"):
         COCODataset(str(tmp_path), "images", str(ann), index_dir=folder)
+    monkeypatch.undo()
+    COCODataset(str(tmp_path), "images", str(ann), index_dir=folder)
+    assert len(list((tmp_path / "cache" / "index").glob("instances-*"))) == 1  # the edited file's index only
 
 
 def _build_in_child(args):

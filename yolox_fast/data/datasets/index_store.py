@@ -62,6 +62,22 @@ def _open_complete(target: Path) -> DatasetIndex | None:
         return None
 
 
+def _remove_older(root: Path, target: Path, source: dict[str, Any]) -> None:
+    """Delete the saved indexes of earlier versions of `source` (its path and the reader's params): an
+    edited annotation file gets a new key, and its old indexes would pile up. A process still mapping one
+    keeps its pages until it ends."""
+    stem = target.name.rsplit("-", 1)[0]
+    for other in root.glob(f"{stem}-*"):
+        if other == target or not other.is_dir() or ".tmp-" in other.name:
+            continue
+        try:
+            meta = json.loads((other / "meta.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("source") == source:
+            shutil.rmtree(other, ignore_errors=True)
+
+
 def stored_index(
     source: str, params: dict[str, Any], build: Callable[[], DatasetIndex], folder: str | None = None
 ) -> tuple[DatasetIndex, bool]:
@@ -94,6 +110,7 @@ def stored_index(
         start = time.perf_counter()
         built = build()
         seconds = time.perf_counter() - start
+        built.meta["source"] = {"path": os.path.abspath(source), "params": params}
         tmp = root / f"{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -107,5 +124,6 @@ def stored_index(
                 return built, False
             return index, False
     logger.info(f"{source}: parsed in {seconds:.1f} s; its index is saved as {target} for the next start")
+    _remove_older(root, target, built.meta["source"])
     # the mapped copy, not the built one: its pages are shared with every other process of the machine
     return DatasetIndex.load(target), False
