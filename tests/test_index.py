@@ -294,9 +294,12 @@ def test_subset_keeps_each_kept_image_with_its_boxes():
         boxes = np.arange(4 * i, dtype=np.float32).reshape(i, 4)
         raw = (boxes + 1, np.arange(i), np.zeros(i, bool)) if i == 3 else None
         builder.add(ImageRecord(i, f"f{i}", 10, 20, boxes, np.arange(i), np.zeros(i, bool), raw))
-    index = builder.build()
+    names = encode_strings([f"name{i}" for i in range(5)])
+    index = builder.build({"name_bytes": names[0], "name_offsets": names[1], "split_wide": np.arange(3)})
     sub = index.subset(np.array([True, False, True, True, False]))
     assert sub.img_ids.tolist() == [0, 2, 3] and sub.files() == ["f0", "f2", "f3"]
+    assert [sub.string("name", i) for i in range(3)] == ["name0", "name2", "name3"]
+    assert sub.split_wide.tolist() == [0, 1, 2]
     np.testing.assert_array_equal(sub.record(2).boxes, index.record(3).boxes)
     np.testing.assert_array_equal(sub.record(2).raw_gt[0], index.record(3).raw_gt[0])
     assert sub.record(1).raw_gt is None and sub.box_counts.tolist() == [0, 2, 3]

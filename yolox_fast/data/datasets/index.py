@@ -121,7 +121,7 @@ class DatasetIndex:
         return np.diff(self.arrays["box_offsets"])
 
     def file(self, i: int) -> str:
-        return decode_string(self.arrays["file_bytes"], self.arrays["file_offsets"], i)
+        return self.string("file", i)
 
     def files(self) -> list[str]:
         return [self.file(i) for i in range(len(self))]
@@ -149,16 +149,22 @@ class DatasetIndex:
             raw_gt=raw,
         )
 
+    def string(self, column: str, i: int) -> str:
+        """String i of the per-image string column `column` (arrays `<column>_bytes`, `<column>_offsets`)."""
+        return decode_string(self.arrays[f"{column}_bytes"], self.arrays[f"{column}_offsets"], i)
+
     def subset(self, keep: np.ndarray) -> DatasetIndex:
-        """The index of the images where `keep` (N,) bool is True, in memory; extras are carried over
-        unchanged (they are per split, not per image)."""
+        """The index of the images where `keep` (N,) bool is True, in memory. Per-image string columns
+        (`<column>_bytes` with `<column>_offsets`) are cut with the images; other extras are carried over
+        unchanged (they belong to the split: COCO's scoring ground truth)."""
         keep = np.asarray(keep, dtype=bool)
         a = self.arrays
         out = dict(a)
         for name in ("img_ids", "heights", "widths"):
             out[name] = np.array(a[name][keep])
-        files = [self.file(i) for i in np.flatnonzero(keep)]
-        out["file_bytes"], out["file_offsets"] = encode_strings(files)
+        for column in [k[: -len("_bytes")] for k in a if k.endswith("_bytes") and f"{k[:-6]}_offsets" in a]:
+            kept = [self.string(column, i) for i in np.flatnonzero(keep)]
+            out[f"{column}_bytes"], out[f"{column}_offsets"] = encode_strings(kept)
         for prefix, offsets in (("", "box_offsets"), ("raw_", "raw_offsets")):
             starts, ends = a[offsets][:-1][keep], a[offsets][1:][keep]
             take = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)] + [np.zeros(0, np.int64)])

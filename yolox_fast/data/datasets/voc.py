@@ -31,7 +31,7 @@ import numpy as np
 from loguru import logger
 
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset, ImageRecord, records_to_coco
-from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder, decode_string, encode_strings
+from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder, encode_strings
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -266,8 +266,7 @@ class VOCDetection(DetectionDataset):
     @property
     def image_names(self) -> list[tuple[str, str]]:
         """(year, XML stem) of each image, for writing VOC results (year "" outside VOCdevkit)."""
-        a = self.index.arrays
-        names = (decode_string(a["name_bytes"], a["name_offsets"], i) for i in range(len(self)))
+        names = (self.index.string("name", i) for i in range(len(self)))
         return [tuple(n.split("/", 1)) for n in names]
 
     @staticmethod
