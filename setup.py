@@ -66,6 +66,8 @@ setup(
         "tabulate",
         "tensorboard",
         "psutil",
+        # parses a COCO annotation file's box fields and skips its masks unbuilt (data/datasets/coco_json.py)
+        "msgspec",
         "pyyaml",  # Ultralytics data.yaml dataset descriptions
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
         "imagesize",  # the size of an image too large for Pillow to open (a decompression bomb), to refuse it

@@ -1,5 +1,6 @@
 """Shared fixtures: tiny generated shapes datasets in COCO and VOC format (session-scoped, < 1 s each)."""
 
+import os
 import signal
 
 import pytest
@@ -8,6 +9,20 @@ import torch
 from yolox_fast.data.datasets.synthetic import default_description, generate
 
 TINY = {"num_train": 24, "num_val": 8, "size": 128, "seed": 0, "max_objects": 6}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def index_cache(tmp_path_factory):
+    """The suite's saved dataset indexes go to a folder of its own (not ~/.cache/yolox_fast), set in the
+    environment so the tools the tests start as subprocesses use it too."""
+    folder = tmp_path_factory.mktemp("yolox_fast_cache")
+    previous = os.environ.get("YOLOX_FAST_CACHE")
+    os.environ["YOLOX_FAST_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("YOLOX_FAST_CACHE", None)
+    else:
+        os.environ["YOLOX_FAST_CACHE"] = previous
 
 
 def _tiny_shapes(tmp_path_factory, fmt: str) -> dict:

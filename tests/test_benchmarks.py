@@ -193,3 +193,30 @@ def test_every_module_of_the_package_and_the_tools_imports():
     for name in names:
         importlib.import_module(name)
     assert "benchmarks.gpu" in names and "yolox_fast.core.trainer" in names and "train" in names
+
+
+def test_scale_set_is_coco_shaped_and_reads_back_box_for_box(tmp_path):
+    from benchmarks.scale import COCO_IDS, make_coco_set
+
+    from yolox_fast.data.datasets.coco import COCODataset
+
+    ann = make_coco_set(tmp_path, "train2017", 200, seed=3)
+    data = json.loads(ann.read_text())
+    assert len(data["images"]) == 200 and [c["id"] for c in data["categories"]] == list(COCO_IDS)
+    anns = data["annotations"]
+    assert 4 < len(anns) / 200 < 11  # COCO's 7.3 boxes per image
+    assert any(a["iscrowd"] for a in anns) and all(a["segmentation"] for a in anns)
+    first = data["images"][0]
+    assert (tmp_path / "train2017" / first["file_name"]).stat().st_nlink > 1  # a link into the pool
+    ds = COCODataset(str(tmp_path), "train2017", str(ann), index_dir=str(tmp_path / "cache"))
+    assert sum(len(r.boxes) for r in ds.records) == sum(1 for a in anns if not a["iscrowd"])
+
+
+@pytest.mark.slow
+def test_scale_benchmark_prints_our_figures(capsys, tmp_path):
+    out = run(capsys, "scale", "--sides", "ours", "--sizes", "120", "--iters", "11", "--workers", "1",
+              "--batch", "2", "--eval-images", "20", "--eval-dets", "30",
+              "--work", str(tmp_path))  # fmt: skip
+    number = r"-?\d+(\.\d+)?"
+    assert re.search(rf"^120 ours +{number} +{number} +{number} +{number} s, \+\d+ MiB", out, re.M), out
+    assert re.search(rf"^30 ours +{number} +{number} +0\.\d+$", out, re.M), out

@@ -80,7 +80,7 @@ def test_key_changes_with_image_list_and_size(tiny_root, shm_dir, log_lines):
     ds = _dataset(tiny_root)
     a = build_cache(ds, "ram")
     b = build_cache(_dataset(tiny_root, (64, 64)), "ram")
-    ds.records = ds.records[:-1]
+    ds.index = ds.index.subset(np.arange(len(ds)) < len(ds) - 1)
     c = build_cache(ds, "ram")
     assert len({a.path, b.path, c.path}) == 3
     assert any("other caches of dataset t" in line and a.path.name in line for line in log_lines)
@@ -209,3 +209,94 @@ def test_two_local_rank_0_processes_on_one_host_build_one_cache(tiny_root, shm_d
     assert sorted(built for built, _, _ in results) == [0, 1]  # exactly one of the two built it
     assert len({(path, total) for _, path, total in results}) == 1  # ... and both read the same pixels
     assert len(list(shm_dir.glob("*.bin"))) == 1 and not list(shm_dir.glob("*.tmp-*"))
+
+
+# ------------------------------------------------------------------------------------------ room
+def test_cgroup_v2_and_v1_limits_are_read_from_the_process_cgroup(tmp_path):
+    from yolox_fast.utils.cgroup import cgroup_memory
+
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("0::/kubepods/pod1\n")
+    own = tmp_path / "v2" / "kubepods" / "pod1"
+    own.mkdir(parents=True)
+    (own / "memory.max").write_text(f"{8 << 30}\n")
+    (own / "memory.current").write_text(f"{3 << 30}\n")
+    (own / "memory.stat").write_text(f"anon 1\ninactive_file {1 << 30}\n")
+    got = cgroup_memory(tmp_path / "v2", proc)
+    assert (got.limit, got.used, got.room) == (8 << 30, 2 << 30, 6 << 30)
+    (own / "memory.max").write_text("max\n")  # no limit of its own, none at the root: no limit
+    assert cgroup_memory(tmp_path / "v2", proc) is None
+
+    proc.write_text("12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n")
+    v1 = tmp_path / "v1" / "memory"  # inside a container the mount's root is the container's own cgroup
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(f"{4 << 30}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{1 << 30}\n")
+    assert cgroup_memory(tmp_path / "v1", proc).room == 3 << 30
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert cgroup_memory(tmp_path / "v1", proc) is None
+    assert cgroup_memory(tmp_path / "nowhere", tmp_path / "no_proc") is None
+
+
+def test_ram_room_counts_the_container_limit_and_the_message_says_what_fits(
+    tiny_root, shm_dir, monkeypatch, log_lines
+):
+    from yolox_fast.utils.cgroup import CgroupMemory
+
+    monkeypatch.setattr(
+        cache_mod, "cgroup_memory", lambda: CgroupMemory(1 << 30, 1 << 29, "/fake/memory.max")
+    )
+    room, where = cache_mod.free_bytes("ram", shm_dir)
+    assert room <= 1 << 29 and "container's memory limit of 1.0 GiB (/fake/memory.max)" in where
+    # 118,287 images at 640 px need 135 GiB: with 35 GiB of room (34 after the headroom) 320 px fits all,
+    # or 34 GiB / 1.2 MB = 29,709 images at 640 px
+    text = cache_mod.what_fits(35 << 30, (118_287, 640, 640, 3))
+    assert text.startswith(
+        "input_size (320, 320) fits all 118287 images, 29709 of the 118287 images fit at 640x640"
+    )
+    assert "--cache disk" in text
+    assert build_cache(_dataset(tiny_root), "ram") is None  # the 1 GiB headroom alone is more than the room
+    assert any("WITHOUT a cache" in line and "container's memory limit" in line for line in log_lines)
+
+
+def _build_under_file_size_limit(root, shm, strict, conn):
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over the limit: EFBIG, as a full /dev/shm gives ENOSPC
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+    cache_mod.SHM_DIR = Path(shm)
+    try:
+        conn.send(("built", build_cache(_dataset(root), "ram", strict=strict) is not None))
+    except cache_mod.CacheRoomError as err:
+        conn.send(("error", str(err)))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_refused_reservation_is_one_clear_message_before_any_image(tiny_root, shm_dir, strict):
+    ours, theirs = mp.get_context("fork").Pipe()
+    child = mp.get_context("fork").Process(
+        target=_build_under_file_size_limit, args=(tiny_root, str(shm_dir), strict, theirs)
+    )
+    child.start()
+    outcome, detail = ours.recv()
+    child.join()
+    assert child.exitcode == 0  # no bus error, no SIGXFSZ
+    if strict:
+        assert outcome == "error" and "could not reserve it" in detail and "--cache disk" in detail
+    else:
+        assert (outcome, detail) == ("built", False)  # went on without a cache
+    assert not list(shm_dir.iterdir()) or all(p.name.startswith(".") for p in shm_dir.iterdir())
+
+
+def test_cache_strict_on_the_command_line_is_one_error_line(tiny_shapes_coco, shm_dir, monkeypatch, tmp_path):
+    from helpers import run_tool_here
+    from test_trainer import tiny_opts, train_cmd
+
+    monkeypatch.setattr(cache_mod, "free_bytes", lambda mode, folder: (1 << 20, "1 MiB free in test"))
+    opts = tiny_opts(tiny_shapes_coco["config"], tmp_path, max_epoch=1) + ["cache_strict", "True"]
+    done = run_tool_here("train", *train_cmd(opts, "--cache", "ram")[2:])
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "ram cache of 24 images" in errors[0] and "--cache disk" in errors[0]

@@ -160,3 +160,100 @@ def test_empty_eval_set_is_an_error():
     evaluator = COCOEvaluator(DataLoader([], batch_size=2), (64, 64), 0.01, 0.65, num_classes=2)
     with pytest.raises(ValueError, match="empty"):
         evaluator.evaluate(torch.nn.Conv2d(3, 3, 1))
+
+
+# ------------------------------------------------------------------------------------------ at scale
+def _slow_top_per_class(dets, k):
+    """Each class's rows sorted by score (ties: row order), its first k kept, all in row order."""
+    keep = set()
+    for c in np.unique(dets[:, 5]):
+        rows = [i for i in range(len(dets)) if dets[i, 5] == c]
+        rows.sort(key=lambda i: -dets[i, 4])  # a stable sort, as COCOeval's mergesort
+        keep.update(rows[:k])
+    return dets[sorted(keep)]
+
+
+def test_top_per_class_keeps_what_cocoeval_keeps_ties_included():
+    from yolox_fast.evaluators.detection_evaluator import top_per_class
+
+    rng = np.random.default_rng(0)
+    for n, k in ((0, 3), (5, 10), (200, 7), (500, 100)):
+        dets = np.zeros((n, 6))
+        dets[:, 4] = rng.choice([0.1, 0.2, 0.5, 0.9], size=n)  # many ties
+        dets[:, 5] = rng.integers(0, 4, size=n)
+        dets[:, 0] = np.arange(n)  # tells the rows apart
+        np.testing.assert_array_equal(top_per_class(dets, k), _slow_top_per_class(dets, k))
+
+
+def _crowded_case(images=12, classes=3, per_image=400, seed=0):
+    """A ground truth and, per image, `per_image` detections (hundreds per class, tied scores among them):
+    more than COCOeval's 100 per image and class."""
+    rng = np.random.default_rng(seed)
+    anns, detections = [], {}
+    for img in range(1, images + 1):
+        for _ in range(int(rng.integers(1, 8))):
+            x, y, w, h = (float(v) for v in rng.uniform([0, 0, 4, 4], [90, 60, 40, 40]))
+            crowd = int(rng.random() < 0.1)
+            anns.append((img, int(rng.integers(classes)), [x, y, w, h], crowd))
+        xy = rng.uniform(0, 100, size=(per_image, 2))
+        wh = rng.uniform(2, 40, size=(per_image, 2))
+        score = np.round(rng.random(per_image), 2)  # ties
+        cls = rng.integers(0, classes, size=per_image)
+        detections[img] = np.column_stack([xy, xy + wh, score, cls])
+    class_ids = [2 * c + 1 for c in range(classes)]
+    dataset = {
+        "images": [{"id": i, "width": 128, "height": 96} for i in range(1, images + 1)],
+        "categories": [{"id": c, "name": f"c{c}"} for c in class_ids],
+        "annotations": [
+            {
+                "id": k + 1,
+                "image_id": img,
+                "category_id": class_ids[c],
+                "bbox": box,
+                "area": box[2] * box[3],
+                "iscrowd": crowd,
+            }
+            for k, (img, c, box, crowd) in enumerate(anns)
+        ],
+    }
+    coco = COCO()
+    coco.dataset = dataset
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco, detections, class_ids
+
+
+@pytest.mark.parametrize("scorer", ["pycocotools", "faster-coco-eval"])
+def test_capped_grouped_array_scoring_equals_pycocotools_on_every_detection(scorer):
+    from yolox_fast.evaluators.detection_evaluator import top_per_class
+    from yolox_fast.evaluators.scorer import COCO_MAX_DETS, coco_evaluate, faster_coco_eval_available
+
+    if scorer == "faster-coco-eval" and not faster_coco_eval_available():
+        pytest.skip("faster-coco-eval is not installed")
+    coco, detections, class_ids = _crowded_case()
+    img_ids = sorted(detections)
+    expected = _pycocotools_by_hand(coco, detections_to_coco_json(detections, class_ids), img_ids)
+    capped = {i: top_per_class(d, COCO_MAX_DETS) for i, d in detections.items()}
+    assert sum(map(len, capped.values())) < sum(map(len, detections.values()))  # the cap did drop some
+    result = coco_score(coco, capped, class_ids, scorer=scorer)
+    np.testing.assert_allclose(result["stats"], expected, rtol=0, atol=1e-12)
+    # scored in passes of at most 300 detections (one category each here): the same arrays
+    from yolox_fast.evaluators.coco import coco_results_table
+
+    table = coco_results_table(capped, class_ids)
+    one, parts = (coco_evaluate(coco, table, img_ids, scorer, max_pass_dets=m) for m in (10**9, 300))
+    np.testing.assert_array_equal(one.precision, parts.precision)
+    np.testing.assert_array_equal(one.stats, parts.stats)
+
+
+def test_results_file_written_from_arrays_reads_back_as_the_records(tmp_path):
+    import json
+
+    from yolox_fast.evaluators.coco import coco_results_table, write_coco_results
+
+    _, detections, class_ids = _crowded_case(images=3, per_image=7)
+    path = tmp_path / "detections.json"
+    write_coco_results(str(path), coco_results_table(detections, class_ids), rows_per_write=4)
+    assert json.loads(path.read_text()) == detections_to_coco_json(detections, class_ids)
+    write_coco_results(str(path), coco_results_table({}, class_ids))
+    assert json.loads(path.read_text()) == []

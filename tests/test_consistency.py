@@ -86,11 +86,11 @@ def test_an_image_claimed_by_two_annotation_files_is_an_error():
 
 
 def _mark_in_child(damaged: DamagedImages, index: int) -> None:
-    damaged.mark(index, f"{damaged.files[index]}: truncated")
+    damaged.mark(index, f"{damaged.file_of(index)}: truncated")
 
 
 def test_damage_found_in_a_forked_worker_is_seen_by_the_parent():
-    damaged = DamagedImages([f"{i}.jpg" for i in range(10)], "train")
+    damaged = DamagedImages("{}.jpg".format, 10, "train")
     child = multiprocessing.get_context("fork").Process(target=_mark_in_child, args=(damaged, 3))
     child.start()
     child.join()
@@ -99,7 +99,7 @@ def test_damage_found_in_a_forked_worker_is_seen_by_the_parent():
 
 
 def test_the_limit_stops_past_its_share_and_always_when_nothing_is_left():
-    damaged = DamagedImages([f"{i}.jpg" for i in range(10)], "train")
+    damaged = DamagedImages("{}.jpg".format, 10, "train")
     damaged.mark(0, "0.jpg: truncated")
     damaged.check(0.1)  # 1 of 10 is not more than 10%
     with pytest.raises(TooManyDamagedImages, match=r"train: 1 of its 10 images are damaged, .* 0.05 .*0.jpg"):

@@ -1,7 +1,6 @@
 """MosaicDetection: boxes follow pixels through mosaic + affine, never degenerate, deterministic."""
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -35,7 +34,6 @@ class Rects:
             box = (x1, y1, x1 + int(rng.integers(12, 40)), y1 + int(rng.integers(12, 40)))
             self.items.append(box)
         self.size = size
-        self.records = [SimpleNamespace(boxes=np.array([b])) for b in self.items]
         self.class_names = tuple(str(i) for i in range(n))
 
     def __len__(self):
@@ -43,6 +41,9 @@ class Rects:
 
     def resized_size(self, i):
         return self.size
+
+    def box_counts(self):
+        return np.ones(len(self.items), dtype=np.int64)
 
     def pull_item(self, i, with_image=True):
         img = np.zeros((*self.size, 3), np.uint8)

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from yolox_fast.data.cache import CacheRoomError
 from yolox_fast.exp import BaseExp, Exp, get_exp
 from yolox_fast.inference.exported import ExportMetadata, MissingExtraError, check_input_size
 from yolox_fast.utils.checkpoint import CheckpointError
@@ -18,7 +19,7 @@ from yolox_fast.utils.run_lock import RunLockError
 
 # what the user can fix: missing data or files, a bad value in an exp, a description or on the command
 # line, a checkpoint that cannot be used, an output folder another run holds, a runtime package not
-# installed; each message names the thing and what to do
+# installed, a cache that does not fit with cache_strict; each message names the thing and what to do
 USER_ERRORS = (
     FileNotFoundError,
     NotADirectoryError,
@@ -28,6 +29,7 @@ USER_ERRORS = (
     RunLockError,
     MissingExtraError,
     WeightsDownloadError,
+    CacheRoomError,
 )
 DEBUG_ENV = "YOLOX_FAST_DEBUG"
 

@@ -104,7 +104,14 @@ def _read_split(exp, cfg: dict[str, Any], split: str, img_size, problems=None) -
         "problems": problems,
     }
     if cfg["format"] == "coco":
-        return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], class_names=names, **common)
+        return COCODataset(
+            cfg["root"],
+            cfg[split]["images"],
+            cfg[split]["ann"],
+            class_names=names,
+            index_dir=exp.cache_dir,
+            **common,
+        )
     if cfg["format"] == "yolo":
         return YOLODataset(
             cfg["root"], cfg[split]["images"], names, keypoints=bool(cfg.get("keypoints")), **common

@@ -9,6 +9,12 @@ key; all three are rebuilt, never read.
 "ram" puts the file in /dev/shm (shared memory), "disk" in a cache directory. Either way every DDP
 rank and loader worker maps the same pages read-only (np.memmap) — there is one copy per machine,
 not one per process. One process builds under a file lock; the others wait for it and then map.
+
+The room is checked before the build (for "ram": free /dev/shm, available RAM and, in a container, what
+its cgroup memory limit leaves) and then reserved (posix_fallocate) before the first image is written:
+a file that fills as it goes would end in a bus error when /dev/shm runs out halfway. A cache that does
+not fit is one message saying what would (a smaller input size, fewer images, `--cache disk`); training
+goes on uncached, or with `strict` stops with that line (CacheRoomError).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +36,7 @@ from loguru import logger
 from yolox_fast.data.augment import resize_keep_ratio
 from yolox_fast.data.config import datasets_root
 from yolox_fast.data.image_io import CorruptImageError
+from yolox_fast.utils.cgroup import cgroup_memory
 from yolox_fast.utils.dist import get_rank
 from yolox_fast.utils.progress import Progress
 
@@ -36,6 +44,10 @@ LAYOUT_VERSION = 1
 SHM_DIR = Path("/dev/shm")
 HEADROOM = 1 << 30  # leave 1 GiB of RAM/disk free beyond the cache itself
 GIB = float(1 << 30)
+
+
+class CacheRoomError(RuntimeError):
+    """A cache that does not fit where it goes (with cache_strict): the message says what would."""
 
 
 class ImageCache:
@@ -98,12 +110,39 @@ def cache_paths(mode: str, name: str, size: tuple[int, int], key: str, cache_dir
 
 
 def free_bytes(mode: str, folder: Path) -> tuple[int, str]:
-    """Bytes a new cache may use in `folder` and a description of the limit, for the log."""
+    """Bytes a new cache may use in `folder` and a description of the limits, for the log. For "ram" the
+    least of the free space of `folder`, the available RAM and the container's cgroup room (its pages
+    are charged to the cgroup)."""
     disk = shutil.disk_usage(folder).free
-    if mode == "ram":
-        avail = psutil.virtual_memory().available
-        return min(disk, avail), f"{disk / GIB:.1f} GiB free in {folder}, {avail / GIB:.1f} GiB RAM available"
-    return disk, f"{disk / GIB:.1f} GiB free on the disk of {folder}"
+    if mode != "ram":
+        return disk, f"{disk / GIB:.1f} GiB free on the disk of {folder}"
+    avail = psutil.virtual_memory().available
+    room = min(disk, avail)
+    where = f"{disk / GIB:.1f} GiB free in {folder}, {avail / GIB:.1f} GiB RAM available"
+    cgroup = cgroup_memory()
+    if cgroup is not None:
+        room = min(room, cgroup.room)
+        where += (
+            f", {cgroup.room / GIB:.1f} GiB left under the container's memory limit of "
+            f"{cgroup.limit / GIB:.1f} GiB ({cgroup.where})"
+        )
+    return room, where
+
+
+def what_fits(room: int, shape: tuple[int, int, int, int]) -> str:
+    """What a cache of `room` bytes (HEADROOM not yet taken off) holds instead of `shape` (N, H, W, 3):
+    the input size at which all N images fit (sides in steps of 32, the aspect kept), and how many images
+    fit at H x W."""
+    n, h, w, _ = shape
+    usable = max(room - HEADROOM, 0)
+    scale = math.sqrt(usable / (n * h * w * 3)) if n else 0.0
+    fit_h, fit_w = int(h * scale) // 32 * 32, int(w * scale) // 32 * 32
+    images = usable // (h * w * 3)
+    at_size = f"input_size ({fit_h}, {fit_w}) fits all {n} images, " if fit_h and fit_w else ""
+    return (
+        f"{at_size}{images} of the {n} images fit at {h}x{w}; or use --cache disk (the same file on disk, "
+        "read through the page cache)"
+    )
 
 
 def open_cache(data: Path, sidecar: Path, key: str) -> ImageCache | None:
@@ -156,8 +195,13 @@ def build_cache(
             if not _fits(mode, data.parent, shape, strict):  # another process may have taken the room
                 return None
             try:
-                cache = _build(dataset, data, sidecar, key, shape, num_threads)
-            except OSError as err:
+                cache = _build(dataset, mode, data, sidecar, key, shape, num_threads)
+            except CacheRoomError as err:  # the reservation was refused: nothing was written
+                if strict:
+                    raise
+                logger.warning(f"{err}; continuing WITHOUT a cache")
+                return None
+            except OSError as err:  # filled up all the same (a file system that cannot reserve)
                 if err.errno != errno.ENOSPC:
                     raise
                 _filled_up(mode, data, sidecar, strict, err)
@@ -175,10 +219,10 @@ def _fits(mode: str, folder: Path, shape: tuple[int, int, int, int], strict: boo
         return True
     msg = (
         f"{mode} cache of {shape[0]} images at {shape[1]}x{shape[2]} needs {need / GIB:.2f} GiB "
-        f"(+{HEADROOM / GIB:.0f} GiB headroom) but only {where}"
+        f"(+{HEADROOM / GIB:.0f} GiB headroom) but only {where}: {what_fits(room, shape)}"
     )
     if strict:
-        raise RuntimeError(msg)
+        raise CacheRoomError(msg)
     logger.warning(f"{msg}; continuing WITHOUT a cache")
     return False
 
@@ -198,8 +242,29 @@ def _filled_up(mode: str, data: Path, sidecar: Path, strict: bool, err: OSError)
         "partial file is removed"
     )
     if strict:
-        raise OSError(errno.ENOSPC, msg) from err
+        raise CacheRoomError(msg) from err
     logger.warning(f"{msg}; continuing WITHOUT a cache")
+
+
+def _reserve(f, mode: str, shape: tuple[int, int, int, int]) -> None:
+    """Allocate the whole data file now, so that running out of room is this one error at the start and
+    never a bus error in the middle of the build (a write to a sparse file's page that /dev/shm cannot
+    back). CacheRoomError when the file system refuses the room."""
+    need = int(np.prod(shape))
+    try:
+        os.posix_fallocate(f.fileno(), 0, need)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM):
+            # a file system that cannot preallocate: the file stays sparse, as it always was
+            logger.warning(f"cannot reserve the {mode} cache in advance ({err.strerror}): built sparse")
+            f.truncate(need)
+            return
+        folder = Path(f.name).parent
+        room, where = free_bytes(mode, folder)
+        raise CacheRoomError(
+            f"{mode} cache of {shape[0]} images at {shape[1]}x{shape[2]} needs {need / GIB:.2f} GiB, and "
+            f"{folder} could not reserve it ({err.strerror}; {where}): {what_fits(room, shape)}"
+        ) from None
 
 
 def _report_leftovers(data: Path, name: str) -> None:
@@ -217,16 +282,16 @@ def _report_leftovers(data: Path, name: str) -> None:
         )
 
 
-def _build(dataset, data: Path, sidecar: Path, key: str, shape, num_threads: int | None) -> ImageCache:
+def _build(dataset, mode: str, data: Path, sidecar: Path, key: str, shape, num_threads) -> ImageCache:
     sidecar.unlink(missing_ok=True)  # from here on the old cache is invalid, even if we are killed
     _report_leftovers(data, dataset.name)
     tmp = data.with_name(f"{data.name}.tmp-{os.getpid()}")
     n = shape[0]
     sizes = np.zeros((n, 2), dtype=np.int64)
     ok = np.ones(n, dtype=bool)
-    with open(tmp, "wb") as f:
-        f.truncate(int(np.prod(shape)))
     try:
+        with open(tmp, "wb") as f:
+            _reserve(f, mode, shape)
         slots = np.memmap(tmp, dtype=np.uint8, mode="r+", shape=shape)
 
         def fill(i: int) -> None:

@@ -9,11 +9,14 @@ working directory. Nothing here reads images or generates data.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import string
 from pathlib import Path
 from typing import Any
+
+from yolox_fast.data.datasets.coco_json import read_coco_json
 
 
 def _config_dir() -> Path:
@@ -169,16 +172,20 @@ def coco_category_names(cfg: dict[str, Any], path: Path | str | None = None) -> 
     for split in ("val", "train"):
         ann = annotation_path(cfg["root"], cfg[split]["ann"])
         if os.path.isfile(ann):
-            try:
-                data = json.loads(Path(ann).read_text())
-            except json.JSONDecodeError as err:
-                raise ValueError(f"COCO annotation file {ann} is not valid JSON ({err}): truncated?") from err
-            return [c["name"] for c in trained_categories(data)[0]]
+            st = os.stat(ann)
+            return list(_trained_category_names(ann, st.st_size, st.st_mtime_ns))
     raise FileNotFoundError(
         f"dataset description {path or cfg.get('config_path')} has no class_names and no annotation file to "
         f"read them from (looked for {cfg['val']['ann']} and {cfg['train']['ann']} under "
         f"{cfg['root']}/annotations and {cfg['root']})"
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _trained_category_names(ann: str, size: int, mtime_ns: int) -> tuple[str, ...]:
+    """The trained category names of an annotation file, parsed once per process for each (size, mtime):
+    a run reads the description several times."""
+    return tuple(c["name"] for c in trained_categories(read_coco_json(ann))[0])
 
 
 def trained_categories(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

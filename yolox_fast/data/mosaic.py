@@ -92,7 +92,7 @@ class MosaicDetection(Dataset):
         self.seed = seed
         self.affine_pivot = affine_pivot
         # MixUp needs a partner with boxes; an image set with none at all simply gets no MixUp
-        self._labelled = np.array([i for i in range(len(dataset)) if len(dataset.records[i].boxes)])
+        self._labelled = np.flatnonzero(dataset.box_counts())  # (L,) indices of the images with boxes
 
     def __len__(self) -> int:
         return len(self._dataset)

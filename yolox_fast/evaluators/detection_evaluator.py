@@ -69,6 +69,27 @@ def _split_ids(img_ids: Any) -> list[Any]:
     return [x.item() if hasattr(x, "item") else x for x in img_ids]
 
 
+def top_per_class(dets: Detections, k: int) -> Detections:
+    """The rows of `dets` (K, 6) [x1, y1, x2, y2, score, class] among the `k` best-scored of their class,
+    in their original order.
+
+    Within a class, rows are ranked by score with ties in row order: the stable sort COCOeval applies to
+    each image's detections of one category before it keeps the first maxDets (= k). The rows kept here
+    are those it keeps, in the same order, so it computes the same matches and the same AP from them.
+    """
+    if len(dets) <= k:
+        return dets
+    by_score = np.argsort(-dets[:, 4], kind="stable")  # (K,) best first, ties in row order
+    cls = dets[by_score, 5]
+    by_class = np.argsort(cls, kind="stable")  # groups each class, best first within it
+    sorted_cls = cls[by_class]
+    starts = np.flatnonzero(np.r_[True, sorted_cls[1:] != sorted_cls[:-1]])
+    rank = np.arange(len(dets)) - np.repeat(starts, np.diff(np.r_[starts, len(dets)]))  # rank in class
+    keep = np.zeros(len(dets), dtype=bool)
+    keep[by_score[by_class[rank < k]]] = True
+    return dets[keep]
+
+
 def run_inference(
     model: nn.Module,
     dataloader: Iterable,
@@ -77,12 +98,14 @@ def run_inference(
     confthre: float,
     nmsthre: float,
     half: bool = False,
+    max_per_class: int | None = None,
 ) -> InferenceResult:
     """Detections of `model` for every image of this rank's loader (B images per forward).
 
     The loader yields (imgs (B, 3, H, W) float32 letterboxed to `img_size`, targets, img_info
     (orig_h, orig_w) per image, img_ids); `model` is a torch model or an `ExportedModel`. `half`: autocast
-    (fp16 on CUDA, bf16 on CPU). The model is put in eval mode and left there.
+    (fp16 on CUDA, bf16 on CPU). `max_per_class`: each image keeps the best that many of each class
+    (`top_per_class`). The model is put in eval mode and left there.
     """
     model.eval()
     device, memory_format = model_device(model), model_memory_format(model)
@@ -101,7 +124,7 @@ def run_inference(
         for img_id, dets in zip(ids, out.detections):
             if img_id in result.detections:
                 raise RuntimeError(f"image id {img_id!r} appears twice in this rank's eval loader")
-            result.detections[img_id] = dets
+            result.detections[img_id] = dets if max_per_class is None else top_per_class(dets, max_per_class)
         progress.step(len(ids))
     return result
 
@@ -217,6 +240,8 @@ class DetectionEvaluator:
         self.class_names = class_names
         self.last_result: dict[str, Any] = {}
         self.last_merged: InferenceResult | None = None
+        # the detections per image and class the metric can use (None: all of them); see top_per_class
+        self.max_per_class: int | None = None
 
     def evaluate(
         self, model: nn.Module, distributed: bool = False, half: bool = False, speed_only: bool = False
@@ -232,7 +257,14 @@ class DetectionEvaluator:
         self.last_merged = None
         self.last_result = evaluate_on_all_ranks(
             lambda: run_inference(
-                model, self.dataloader, self.img_size, self.num_classes, self.confthre, self.nmsthre, half
+                model,
+                self.dataloader,
+                self.img_size,
+                self.num_classes,
+                self.confthre,
+                self.nmsthre,
+                half,
+                self.max_per_class,
             ),
             lambda merged: self._score_with_timing(merged, speed_only),
             distributed,

@@ -11,9 +11,9 @@ Class-aware matching at one IoU threshold (`match_detections`, what precision, r
 use), as pycocotools does for a single threshold: within an image, detections in descending score
 (ties: input order) each take the not yet taken regular box of their class with the highest overlap
 >= the threshold (true positive); failing that, a detection overlapping an ignore box of its class by
->= the threshold is ignored; otherwise it is a false positive. Unlike COCOeval it keeps every
-detection (no 100-per-image cap); the APs of the report's table come from the dataset format's own
-scorer, not from this module.
+>= the threshold is ignored; otherwise it is a false positive. It matches every detection it is
+given (a COCO evaluation has kept the 100 best of each class per image, all that COCOeval scores); the
+APs of the report's table come from the dataset format's own scorer, not from this module.
 """
 
 from __future__ import annotations

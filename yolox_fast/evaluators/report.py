@@ -38,7 +38,7 @@ from loguru import logger
 from tabulate import tabulate
 
 from yolox_fast.evaluators import matching
-from yolox_fast.evaluators.coco import detections_to_coco_json
+from yolox_fast.evaluators.coco import coco_results_table, write_coco_results
 from yolox_fast.inference import Detections
 
 AP_COLUMNS = ("AP50_95", "AP50", "AP75", "AP_small", "AP_medium", "AP_large")
@@ -224,8 +224,7 @@ def save_report(
         rgb = plots.save_figure(fig, paths[key])
         if tracker is not None:
             tracker.log_images(f"val/{FILES[key][:-4]}", [rgb], step)
-    with open(paths["detections"], "w") as f:
-        json.dump(detections_to_coco_json(detections, class_ids), f)
+    write_coco_results(paths["detections"], coco_results_table(detections, class_ids))
     return list(paths.values())
 
 

@@ -96,17 +96,48 @@ def _version(package: str) -> str:
         return "?"
 
 
-def _copies(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # loadRes adds keys (id, area, iscrowd, segmentation) to the records it is given but changes no
-    # value, so a shallow copy of each keeps the caller's intact (a deep copy costs seconds at COCO size)
-    return [dict(r) for r in records]
+# COCOeval scores, in each image, the `maxDets[-1]` = 100 best-scored detections of each category and
+# ignores the rest (evaluateImg and computeIoU both cut after a stable sort by score). So dropping the
+# others before scoring, keeping the survivors' order, changes no number it reports: see
+# `detection_evaluator.top_per_class`.
+COCO_MAX_DETS = 100
+
+# detections a COCOeval pass holds at once: the categories are scored in groups under this (COCOeval is
+# separable by category, see `coco_evaluate`), so 5,000 images of an untrained model do not need tens of
+# millions of result dicts at once (about 0.6 KB each in the scorers)
+MAX_PASS_DETS = 1_000_000
+
+# loadRes gives each box result without a "segmentation" a polygon of its corners (a list of 8 floats, about
+# 0.3 KB), which bbox scoring never reads; one shared empty list stands in for all of them
+_NO_SEGMENTATION: list = []
+
+
+def results_table(records: Sequence[dict[str, Any]]) -> np.ndarray:
+    """COCO result records ([{"image_id", "category_id", "bbox" xywh, "score"}]) as the (D, 7) float64
+    table [image_id, x, y, w, h, score, category_id] that `coco_evaluate` scores."""
+    rows = [[r["image_id"], *r["bbox"], r["score"], r["category_id"]] for r in records]
+    return np.array(rows, dtype=np.float64).reshape(-1, 7)
+
+
+def _result_dicts(table: np.ndarray) -> list[dict[str, Any]]:
+    """The (D, 7) table as the result dicts loadRes takes (fresh ones: loadRes adds keys to them)."""
+    return [
+        {
+            "image_id": int(i),
+            "bbox": [x, y, w, h],
+            "score": s,
+            "category_id": int(c),
+            "segmentation": _NO_SEGMENTATION,
+        }
+        for i, x, y, w, h, s, c in table.tolist()
+    ]
 
 
 def _pycocotools_results(coco_gt: COCO, records: list[dict[str, Any]]) -> COCO:
     """`coco_gt.loadRes`, which cannot take an empty list: no detections is a valid (AP 0) result."""
     with contextlib.redirect_stdout(io.StringIO()):
         if records:
-            return coco_gt.loadRes(_copies(records))
+            return coco_gt.loadRes(records)
         coco_dt = COCO()
         coco_dt.dataset = {
             "images": list(coco_gt.dataset["images"]),
@@ -133,42 +164,98 @@ def _faster_gt(coco_gt: COCO):
     return gt
 
 
-def coco_evaluate(
-    coco_gt: COCO, records: list[dict[str, Any]], img_ids: Sequence[Any], scorer: str = "auto"
-) -> COCOScore:
-    """COCOeval ("bbox") of result `records` ([{"image_id", "category_id", "bbox" xywh, "score"}]) on the
-    images `img_ids` of `coco_gt` (a pycocotools COCO), by `scorer` ("auto", "faster-coco-eval",
-    "pycocotools"). Neither `coco_gt` nor `records` is modified.
-    """
-    name = resolve_scorer(scorer)
-    t0 = time.perf_counter()
+def _category_groups(cat_ids: list[int], counts: dict[int, int], max_dets: int) -> list[list[int]]:
+    """`cat_ids` in order, cut into runs whose detections (`counts`) add up to at most `max_dets` (a
+    category with more is a run of its own)."""
+    groups: list[list[int]] = [[]]
+    held = 0
+    for cat in cat_ids:
+        n = counts.get(cat, 0)
+        if groups[-1] and held + n > max_dets:
+            groups.append([])
+            held = 0
+        groups[-1].append(cat)
+        held += n
+    return groups
+
+
+def _one_pass(name: str, coco_gt: COCO, table: np.ndarray, img_ids, cat_ids: list[int]):
+    """COCOeval (evaluate + accumulate) of the rows of `table` on the categories `cat_ids`."""
+    records = _result_dicts(table)
     if name == "faster-coco-eval":
         from faster_coco_eval import COCOeval_faster
 
         gt = _faster_gt(coco_gt)
-        dt = gt.loadRes(_copies(records))  # an empty list gives an empty, evaluable result
+        dt = gt.loadRes(records)  # an empty list gives an empty, evaluable result
         ev = COCOeval_faster(gt, dt, "bbox", print_function=lambda *a, **k: None)
-        ev.params.imgIds = list(img_ids)
+        ev.params.imgIds, ev.params.catIds = list(img_ids), cat_ids
         ev.evaluate()
         ev.accumulate()
-        ev.summarize()
-    else:
-        dt = _pycocotools_results(coco_gt, records)
-        ev = COCOeval(coco_gt, dt, "bbox")
-        ev.params.imgIds = list(img_ids)
-        with contextlib.redirect_stdout(io.StringIO()):  # progress lines and the summary we rewrite
-            ev.evaluate()
-            ev.accumulate()
-            ev.summarize()
-    seconds = time.perf_counter() - t0
+        return ev
+    dt = _pycocotools_results(coco_gt, records)
+    ev = COCOeval(coco_gt, dt, "bbox")
+    ev.params.imgIds, ev.params.catIds = list(img_ids), cat_ids
+    with contextlib.redirect_stdout(io.StringIO()):  # progress lines
+        ev.evaluate()
+        ev.accumulate()
+    return ev
+
+
+def summary_stats(precision: np.ndarray, recall: np.ndarray, iou_thresholds: np.ndarray) -> np.ndarray:
+    """The twelve numbers of COCOeval.summarize() from its precision (T, R, K, A, M) and recall
+    (T, K, A, M) arrays (areas all/small/medium/large, maxDets 1/10/100): each the mean of the defined
+    (> -1) entries of its slice, -1 when none is."""
+    stats = np.empty(len(SUMMARY_LINES))
+    for i, (is_ap, iou, area, max_dets) in enumerate(SUMMARY_LINES):
+        a, m = ("all", "small", "medium", "large").index(area), (1, 10, 100).index(max_dets)
+        s = precision[..., a, m] if is_ap else recall[..., a, m]
+        if iou != "0.50:0.95":
+            s = s[np.where(iou_thresholds == float(iou))[0]]
+        valid = s[s > -1]
+        stats[i] = valid.mean() if valid.size else -1.0
+    return stats
+
+
+def coco_evaluate(
+    coco_gt: COCO,
+    results: np.ndarray | Sequence[dict[str, Any]],
+    img_ids: Sequence[Any],
+    scorer: str = "auto",
+    max_pass_dets: int = MAX_PASS_DETS,
+) -> COCOScore:
+    """COCOeval ("bbox") of `results` on the images `img_ids` of `coco_gt` (a pycocotools COCO) by `scorer`
+    ("auto", "faster-coco-eval", "pycocotools"). `results`: the (D, 7) table [image_id, x, y, w, h, score,
+    category_id] or COCO result records. Neither `coco_gt` nor `results` is modified.
+
+    COCOeval matches and accumulates each category on its own and summarises by averaging over the
+    categories' precision and recall entries, so the categories are scored in groups of at most
+    `max_pass_dets` detections and the arrays joined along the category axis: the same arrays, and the
+    same twelve numbers, as one pass, with the result dicts of one group alive at a time.
+    """
+    table = results if isinstance(results, np.ndarray) else results_table(results)
+    name = resolve_scorer(scorer)
+    t0 = time.perf_counter()
+    cat_ids = sorted(int(c) for c in coco_gt.getCatIds())
+    found, counts = np.unique(table[:, 6].astype(np.int64), return_counts=True)
+    groups = _category_groups(cat_ids, dict(zip(found.tolist(), counts.tolist())), max_pass_dets)
+    precision, recall = [], []
+    for group in groups:
+        # a boolean mask keeps the rows' order: COCOeval breaks score ties by it
+        ev = _one_pass(name, coco_gt, table[np.isin(table[:, 6], group)], img_ids, group)
+        precision.append(np.asarray(ev.eval["precision"], dtype=np.float64))
+        recall.append(np.asarray(ev.eval["recall"], dtype=np.float64))
+        iou_thresholds = np.asarray(ev.params.iouThrs, dtype=np.float64)
+        del ev
+    precision_all, recall_all = np.concatenate(precision, axis=2), np.concatenate(recall, axis=1)
+    stats = summary_stats(precision_all, recall_all, iou_thresholds)
     return COCOScore(
-        stats=np.asarray(ev.stats[:12], dtype=np.float64),
-        precision=np.asarray(ev.eval["precision"], dtype=np.float64),
-        recall=np.asarray(ev.eval["recall"], dtype=np.float64),
-        iou_thresholds=np.asarray(ev.params.iouThrs, dtype=np.float64),
-        cat_ids=[int(c) for c in ev.params.catIds],
+        stats=stats,
+        precision=precision_all,
+        recall=recall_all,
+        iou_thresholds=iou_thresholds,
+        cat_ids=cat_ids,
         scorer=f"{name} {_version(name)}",
-        seconds=seconds,
+        seconds=time.perf_counter() - t0,
     )
 
 

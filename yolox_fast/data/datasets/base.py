@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from loguru import logger
@@ -15,26 +15,11 @@ from torch.utils.data import Dataset
 
 from yolox_fast.data.augment import PAD_VALUE, fitted_size, letterbox_chw, resize_keep_ratio
 from yolox_fast.data.datasets.damaged import DamagedImages
+from yolox_fast.data.datasets.index import DatasetIndex, ImageRecord, RecordView
 from yolox_fast.data.datasets.problems import ERROR, DatasetProblems
 from yolox_fast.data.image_io import CorruptImageError, read_image
 
 __all__ = ["BoxClipCounter", "CorruptImageError", "DetectionDataset", "ImageRecord", "records_to_coco"]
-
-
-@dataclass
-class ImageRecord:
-    """One image and its ground truth, in original pixels."""
-
-    img_id: int
-    file: str  # absolute path
-    height: int
-    width: int
-    boxes: np.ndarray  # (K, 4) float32 x1, y1, x2, y2, clipped to the image
-    classes: np.ndarray  # (K,) int64 contiguous class index
-    difficult: np.ndarray  # (K,) bool (VOC "difficult"; all False for COCO)
-    # (boxes, classes, difficult) exactly as the annotation file gives them, where cleaning changed them:
-    # what an evaluation scores (VOC; COCO scores its json through pycocotools)
-    raw_gt: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 class BoxClipCounter:
@@ -56,14 +41,17 @@ class BoxClipCounter:
         self.first_dropped: str | None = None
         self.problems = problems
 
-    def clip(self, boxes: np.ndarray, width: int, height: int, where: Callable[[int], str]) -> np.ndarray:
-        """Clip boxes (K, 4) in place to the image; returns the (K,) mask of boxes with area left.
+    def clip(self, boxes: np.ndarray, width, height, where: Callable[[int], str]) -> np.ndarray:
+        """Clip boxes (K, 4) in place to their image; returns the (K,) mask of boxes with area left.
 
-        `where(k)` names box k (annotation id, file) for the log line.
+        `width` and `height` are the image's (ints), or each box's image's ((K,) arrays: a whole split
+        at once). `where(k)` names box k (annotation id, file) for the log line.
         """
+        width = np.broadcast_to(np.asarray(width), (len(boxes),))
+        height = np.broadcast_to(np.asarray(height), (len(boxes),))
         clipped = boxes.copy()
-        clipped[:, [0, 2]] = clipped[:, [0, 2]].clip(0, width)
-        clipped[:, [1, 3]] = clipped[:, [1, 3]].clip(0, height)
+        clipped[:, [0, 2]] = clipped[:, [0, 2]].clip(0, width[:, None])
+        clipped[:, [1, 3]] = clipped[:, [1, 3]].clip(0, height[:, None])
         moved = (clipped != boxes).any(1)
         if moved.any():
             self.clipped += int(moved.sum())
@@ -79,7 +67,7 @@ class BoxClipCounter:
                 self.first_dropped = where(int(np.argmin(keep)))
         return keep
 
-    def _note(self, boxes, clipped, moved, width: int, height: int, where: Callable[[int], str]) -> None:
+    def _note(self, boxes, clipped, moved, width: np.ndarray, height: np.ndarray, where) -> None:
         zero = (boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])
         for k in np.flatnonzero(zero):
             self.problems.note("zero-size box", f"{where(k)}: box {_fmt_box(boxes[k])} has no area", ERROR)
@@ -87,8 +75,22 @@ class BoxClipCounter:
             gone = clipped[k, 2] <= clipped[k, 0] or clipped[k, 3] <= clipped[k, 1]
             fate = "lies entirely outside it (dropped)" if gone else "reaches outside it (clipped)"
             box = _fmt_box(boxes[k])
-            size = f"{width}x{height}"
+            size = f"{width[k]}x{height[k]}"
             self.problems.note("box outside its image", f"{where(k)}: box {box} in a {size} image {fate}")
+
+    def counts(self) -> dict:
+        """What `report` says, as a JSON-able dict (kept with a saved index, see `restored`)."""
+        keys = ("clipped", "dropped", "first_clipped", "first_dropped")
+        return {k: getattr(self, k) for k in keys}
+
+    @classmethod
+    def restored(cls, counts: dict, scored_as_given: bool = False) -> BoxClipCounter:
+        """A counter holding `counts()` of an earlier parse, so a split read from its saved index logs
+        the same line as the parse did."""
+        counter = cls(scored_as_given=scored_as_given)
+        for key, value in counts.items():
+            setattr(counter, key, value)
+        return counter
 
     def report(self, split: str) -> None:
         if not (self.clipped or self.dropped):
@@ -148,12 +150,34 @@ def records_to_coco(
     return coco
 
 
+def existing_files(files: Sequence[str]) -> set[str]:
+    """Those of `files` that exist as files, found with one listing per folder instead of one stat per
+    file: 118k stats take minutes on a network file system, a listing of their folder a second. A name
+    the listing lacks is still asked for by itself (a case-insensitive file system finds `A.JPG` as
+    `a.jpg`)."""
+    by_folder: dict[str, list[str]] = defaultdict(list)
+    for file in files:
+        by_folder[os.path.dirname(file)].append(file)
+    present: set[str] = set()
+    for folder, in_folder in by_folder.items():
+        try:
+            with os.scandir(folder or ".") as entries:
+                listed = {e.name for e in entries if e.is_file()}
+        except OSError:  # no such folder, or not readable: none of its files can be read
+            continue
+        present.update(f for f in in_folder if os.path.basename(f) in listed or os.path.isfile(f))
+    return present
+
+
 def _fmt_box(box: np.ndarray) -> str:
     return "[" + ", ".join(f"{v:g}" for v in np.round(box.astype(np.float64), 2)) + "]"
 
 
 class DetectionDataset(Dataset):
     """Images with boxes, resized for training (`pull_item`) or letterboxed for evaluation (`__getitem__`).
+
+    The images and boxes are a DatasetIndex of flat arrays (`index`); `records` reads it as ImageRecords
+    built on demand, so the dataset holds no Python object per image.
 
     `img_size` (H, W): training images are resized keeping aspect to fit it (what mosaic and the cache
     use); evaluation items are letterboxed to it. An image that cannot be decoded whole is skipped with
@@ -167,7 +191,7 @@ class DetectionDataset(Dataset):
     def __init__(
         self,
         name: str,
-        records: list[ImageRecord],
+        index: DatasetIndex,
         class_names: Sequence[str],
         img_size: tuple[int, int],
         split: str,
@@ -180,24 +204,39 @@ class DetectionDataset(Dataset):
         self.split = split
         self.skip_corrupt = skip_corrupt
         self.problems = problems if problems is not None else DatasetProblems()
-        self.records = self._drop_missing(records)
-        if not self.records:
+        self.index = self._drop_missing(index)
+        if not len(self.index):
             raise ValueError(f"{split}: the split has no images")
-        self.ids = [r.img_id for r in self.records]
         self.cache = None
-        self.damaged = DamagedImages(self.image_files(), split)
+        self.damaged = DamagedImages(self.index.file, len(self.index), split)
 
-    def _drop_missing(self, records: list[ImageRecord]) -> list[ImageRecord]:
-        missing = [r.file for r in records if not os.path.isfile(r.file)]
+    @property
+    def records(self) -> RecordView:
+        """The images as ImageRecords, each built from the index when read (none is kept)."""
+        return RecordView(self.index)
+
+    @property
+    def ids(self) -> list[int]:
+        """The image ids, in dataset order."""
+        return self.index.img_ids.tolist()
+
+    def box_counts(self) -> np.ndarray:
+        """(N,) the number of training boxes of each image."""
+        return self.index.box_counts
+
+    def _drop_missing(self, index: DatasetIndex) -> DatasetIndex:
+        files = index.files()
+        present = existing_files(files)
+        missing = [f for f in files if f not in present]
         if not missing:
-            return records
+            return index
         if self.problems.collect:
             for file in missing:
                 self.problems.error("missing image", f"{self.split}: image file not found: {file}")
-        elif len(missing) == len(records) and len(records) > 1:
+        elif len(missing) == len(files) and len(files) > 1:
             folders = sorted({os.path.dirname(f) for f in missing})
             raise FileNotFoundError(
-                f"{self.split}: none of the {len(records)} images it names is in {', '.join(folders[:3])} "
+                f"{self.split}: none of the {len(files)} images it names is in {', '.join(folders[:3])} "
                 f"(first: {os.path.basename(missing[0])}): are the images elsewhere, or the description's "
                 "images folder another?"
             )
@@ -206,18 +245,17 @@ class DetectionDataset(Dataset):
             raise FileNotFoundError(f"{self.split}: image file not found: {missing[0]}{more}")
         else:
             logger.warning(f"{self.split}: skipping {len(missing)} missing image files (first: {missing[0]})")
-        gone = set(missing)
-        return [r for r in records if r.file not in gone]
+        return index.subset(np.array([f in present for f in files], dtype=bool))
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.index)
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
 
     def image_files(self) -> list[str]:
-        return [r.file for r in self.records]
+        return self.index.files()
 
     def attach_cache(self, cache) -> None:
         """Serve `load_resized_img` from an ImageCache built over this dataset at `img_size`."""
@@ -231,7 +269,7 @@ class DetectionDataset(Dataset):
         phone photo stored sideways has its boxes and <size> in the stored frame: when the decoded image is
         the annotation's size turned by 90 degrees, it is read again as stored, and the boxes fit it.
         """
-        rec = self.records[index]
+        rec = self.index.record(index)
         if not os.path.isfile(rec.file):
             raise FileNotFoundError(f"{self.split}: image file not found: {rec.file}")
         img = read_image(rec.file)
@@ -254,13 +292,13 @@ class DetectionDataset(Dataset):
             if img is not None:
                 return img
             raise CorruptImageError(
-                f"{self.records[index].file}: could not be decoded when the cache was built"
+                f"{self.index.file(index)}: could not be decoded when the cache was built"
             )
         return resize_keep_ratio(self.load_image(index), self.img_size)[0]
 
     def load_anno(self, index: int) -> np.ndarray:
         """Labels (K, 5) [x1, y1, x2, y2, cls] scaled like `load_resized_img`."""
-        rec = self.records[index]
+        rec = self.index.record(index)
         r = min(self.img_size[0] / rec.height, self.img_size[1] / rec.width)
         labels = np.empty((len(rec.boxes), 5), dtype=np.float32)
         labels[:, :4] = rec.boxes * r
@@ -269,8 +307,8 @@ class DetectionDataset(Dataset):
 
     def resized_size(self, index: int) -> tuple[int, int]:
         """(h, w) of `load_resized_img(index)`, from the annotation's image size (nothing is decoded)."""
-        rec = self.records[index]
-        return fitted_size((rec.height, rec.width), self.img_size)[:2]
+        hw = (int(self.index.heights[index]), int(self.index.widths[index]))
+        return fitted_size(hw, self.img_size)[:2]
 
     def pull_item(
         self, index: int, with_image: bool = True
@@ -283,7 +321,7 @@ class DetectionDataset(Dataset):
         the rest is that of `index` itself.
         """
         if not with_image:
-            rec = self.records[index]
+            rec = self.index.record(index)
             return None, self.load_anno(index), (rec.height, rec.width), rec.img_id
         for offset in range(len(self)):
             i = (index + offset) % len(self)
@@ -296,7 +334,7 @@ class DetectionDataset(Dataset):
             except CorruptImageError as err:
                 self.damaged.mark(i, str(err))
                 continue
-            rec = self.records[i]
+            rec = self.index.record(i)
             return img, self.load_anno(i), (rec.height, rec.width), rec.img_id
         raise CorruptImageError(f"{self.split}: no image of the split can be decoded")
 
@@ -307,7 +345,7 @@ class DetectionDataset(Dataset):
         A damaged image is replaced by a blank (PAD_VALUE) canvas: it is marked in `damaged`, and its
         ground truth still counts as missed, so the metric stays honest.
         """
-        rec = self.records[index]
+        rec = self.index.record(index)
         try:
             img, _ = letterbox_chw(self.load_image(index), self.img_size)
         except CorruptImageError as err:

@@ -9,6 +9,8 @@ than `exp.max_corrupt_fraction` of the split is damaged, instead of a worker rai
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from loguru import logger
 
@@ -19,12 +21,14 @@ class TooManyDamagedImages(ValueError):
 
 
 class DamagedImages:
-    """Flags (N,) of the images of a split found damaged, in shared memory; `files[i]` names image i."""
+    """Flags (N,) of the images of a split found damaged, in shared memory; `file_of(i)` names image i
+    (read from the dataset's index when a message needs it: no per-image list is held)."""
 
-    def __init__(self, files: list[str], split: str) -> None:
-        self.files = files
+    def __init__(self, file_of: Callable[[int], str], total: int, split: str) -> None:
+        self.file_of = file_of
+        self.total = total
         self.split = split
-        self.flags = torch.zeros(len(files), dtype=torch.uint8).share_memory_()  # (N,) 1 = damaged
+        self.flags = torch.zeros(total, dtype=torch.uint8).share_memory_()  # (N,) 1 = damaged
 
     def __contains__(self, index: int) -> bool:
         return bool(self.flags[index])
@@ -34,16 +38,14 @@ class DamagedImages:
         if self.flags[index]:
             return
         self.flags[index] = 1
-        logger.warning(
-            f"{reason}: skipped ({self.count()} of {len(self.files)} images of {self.split} so far)"
-        )
+        logger.warning(f"{reason}: skipped ({self.count()} of {self.total} images of {self.split} so far)")
 
     def count(self) -> int:
         return int(self.flags.sum())
 
     def first(self, k: int = 3) -> list[str]:
         """The files of the first `k` damaged images (by position in the split)."""
-        return [self.files[i] for i in torch.nonzero(self.flags)[:k, 0].tolist()]
+        return [self.file_of(i) for i in torch.nonzero(self.flags)[:k, 0].tolist()]
 
     def summary(self) -> str:
         """'N damaged images skipped (first: ...)', or '' when none was found."""
@@ -53,7 +55,7 @@ class DamagedImages:
     def check(self, max_fraction: float | None) -> None:
         """Raise TooManyDamagedImages when more than `max_fraction` of the split (None: no limit) or the
         whole split is damaged."""
-        n, total = self.count(), len(self.files)
+        n, total = self.count(), self.total
         if n == total:
             raise TooManyDamagedImages(
                 f"{self.split}: none of its {total} images can be decoded (first: {', '.join(self.first())})"

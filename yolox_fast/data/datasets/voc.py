@@ -36,6 +36,7 @@ from yolox_fast.data.datasets.consistency import (
     read_header,
     report_size_mismatches,
 )
+from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder, encode_strings
 from yolox_fast.data.datasets.problems import DatasetProblems
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -156,20 +157,37 @@ def describe_split(split: Mapping[str, Any] | Sequence[Sequence[str]]) -> str:
     return f"every XML of {where}"
 
 
-def find_image(images_dir: str, file_name: str | None, stem: str) -> str | None:
-    """The image of an XML: `<images_dir>/<file_name>`, else `<images_dir>/<stem>.<ext>`; None if neither."""
+def folder_listing(folder: str) -> frozenset[str]:
+    """The names of the files in `folder` (empty if it cannot be listed): one listing answers every
+    "is this image there?" of a split, where a stat per candidate name takes minutes on a network file
+    system at 100k images."""
+    try:
+        with os.scandir(folder) as entries:
+            return frozenset(e.name for e in entries if e.is_file())
+    except OSError:
+        return frozenset()
+
+
+def find_image(
+    images_dir: str, file_name: str | None, stem: str, listing: frozenset[str] | None = None
+) -> str | None:
+    """The image of an XML: `<images_dir>/<file_name>`, else `<images_dir>/<stem>.<ext>`; None if neither.
+    `listing`: the file names in images_dir (`folder_listing`), looked up instead of a stat per name."""
+
+    def there(name: str) -> bool:
+        if listing is not None and "/" not in name:
+            return name in listing
+        return os.path.isfile(os.path.join(images_dir, name))
+
     if file_name:
-        direct = os.path.join(images_dir, file_name.strip().replace("\\", "/"))
-        if os.path.isfile(direct):
-            return direct
-        by_base = os.path.join(images_dir, os.path.basename(file_name.strip().replace("\\", "/")))
-        if os.path.isfile(by_base):
-            return by_base
+        given = file_name.strip().replace("\\", "/")
+        for name in (given, os.path.basename(given)):
+            if there(name):
+                return os.path.join(images_dir, name)
     for ext in IMAGE_SUFFIXES:
         for candidate in (f"{stem}{ext}", f"{stem}{ext.upper()}"):
-            path = os.path.join(images_dir, candidate)
-            if os.path.isfile(path):
-                return path
+            if there(candidate):
+                return os.path.join(images_dir, candidate)
     return None
 
 
@@ -217,37 +235,51 @@ class VOCDetection(DetectionDataset):
         for_eval: bool = False,
     ) -> None:
         self.root = root
-        self.image_names: list[tuple[str, str]] = []
         self.for_eval = for_eval
         self.class_ids = list(range(1, len(class_names) + 1))
         label = describe_split(split)
         problems = problems if problems is not None else DatasetProblems()
-        records = self._records(split_entries(root, split), class_names, problems, label)
+        index = self._index(split_entries(root, split), class_names, problems, label)
+        self._coco = None
         super().__init__(
-            name, records, class_names, img_size, split=label, skip_corrupt=skip_corrupt, problems=problems
+            name, index, class_names, img_size, split=label, skip_corrupt=skip_corrupt, problems=problems
         )
 
-    def _records(
+    def _index(
         self,
         entries: list[tuple[str, str, str]],
         class_names: Sequence[str],
         problems: DatasetProblems,
         label,
-    ) -> list[ImageRecord]:
+    ) -> DatasetIndex:
         index = {n: i for i, n in enumerate(class_names)}
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
-        records: list[ImageRecord] = []
-        xml_files, mismatched = [], []
+        builder = IndexBuilder()
+        names = []  # "year/stem" of each image kept, for VOC result files
+        xml_files, image_files, mismatched = [], [], []
+        listings: dict[str, frozenset[str]] = {}
         for xml_path, images_dir, year in entries:
-            rec = self._parse(xml_path, images_dir, len(records), index, clip, problems, mismatched)
+            if images_dir not in listings:
+                listings[images_dir] = folder_listing(images_dir)
+            rec = self._parse(
+                xml_path, images_dir, len(builder), index, clip, problems, mismatched, listings[images_dir]
+            )
             if rec is not None:
-                records.append(rec)
+                builder.add(rec)
+                names.append(f"{year}/{Path(xml_path).stem}")
                 xml_files.append(xml_path)
-                self.image_names.append((year, Path(xml_path).stem))
+                image_files.append(rec.file)
         clip.report(label)
         report_size_mismatches(mismatched, problems)
-        check_shared_images([r.file for r in records], xml_files, "VOC annotation", problems)
-        return records
+        check_shared_images(image_files, xml_files, "VOC annotation", problems)
+        name_bytes, name_offsets = encode_strings(names)
+        return builder.build({"name_bytes": name_bytes, "name_offsets": name_offsets})
+
+    @property
+    def image_names(self) -> list[tuple[str, str]]:
+        """(year, XML stem) of each image, for writing VOC results (year "" outside VOCdevkit)."""
+        names = (self.index.string("name", i) for i in range(len(self)))
+        return [tuple(n.split("/", 1)) for n in names]
 
     @staticmethod
     def _parse(
@@ -258,9 +290,11 @@ class VOCDetection(DetectionDataset):
         clip: BoxClipCounter,
         problems: DatasetProblems,
         mismatched: list[str],
+        listing: frozenset[str] | None = None,
     ) -> ImageRecord | None:
         """The record of one image, or None when its XML is unusable (collecting `problems` only). A
-        <size> that differs from the image file's is added to `mismatched` (consistency.fitted_size)."""
+        <size> that differs from the image file's is added to `mismatched` (consistency.fitted_size);
+        `listing`: the file names of images_dir (see `find_image`)."""
         if not os.path.isfile(xml_path):
             problems.error("missing annotation", f"VOC annotation not found: {xml_path}", FileNotFoundError)
             return None
@@ -270,7 +304,7 @@ class VOCDetection(DetectionDataset):
             problems.error("malformed annotation", f"VOC annotation {xml_path} is not valid XML: {err}")
             return None
         file_name = tree.findtext("filename")
-        img_file = find_image(images_dir, file_name, Path(xml_path).stem)
+        img_file = find_image(images_dir, file_name, Path(xml_path).stem, listing)
         if img_file is None:
             looked = os.path.join(images_dir, file_name or f"{Path(xml_path).stem}.jpg")
             problems.error(
@@ -338,7 +372,7 @@ class VOCDetection(DetectionDataset):
     @property
     def coco(self):
         """The split's ground truth as an in-memory pycocotools COCO (difficult boxes as crowd: ignored)."""
-        if getattr(self, "_coco", None) is None:
+        if self._coco is None:
             self._coco = records_to_coco(self.records, self.class_ids, self.class_names, self.root)
         return self._coco
 

@@ -43,6 +43,7 @@ from yolox_fast.data.datasets.base import (
     ImageRecord,
     records_to_coco,
 )
+from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder
 from yolox_fast.data.datasets.problems import DatasetProblems
 from yolox_fast.data.image_io import HEADER_THREADS, CorruptImageError, image_size, read_image
 
@@ -326,18 +327,17 @@ class YOLODataset(DetectionDataset):
         if problems.collect:
             _note_unpaired_labels(self.root, entries, files, problems)
         self._unreadable: dict[str, str] = {}  # file -> why its header cannot be read
-        records = self._records(files, len(class_names), split, skip_corrupt, problems, keypoints)
+        index = self._index(files, len(class_names), split, skip_corrupt, problems, keypoints)
         super().__init__(
-            name, records, class_names, img_size, split=split, skip_corrupt=skip_corrupt, problems=problems
+            name, index, class_names, img_size, split=split, skip_corrupt=skip_corrupt, problems=problems
         )
         # an image found damaged at the start counts towards max_corrupt_fraction as one found in training
-        for index, rec in enumerate(self.records):
-            if rec.file in self._unreadable:
-                self.damaged.mark(
-                    index, f"{split}: cannot read image {rec.file}: {self._unreadable[rec.file]}"
-                )
+        if self._unreadable:
+            for i, file in enumerate(self.index.files()):
+                if file in self._unreadable:
+                    self.damaged.mark(i, f"{split}: cannot read image {file}: {self._unreadable[file]}")
 
-    def _records(
+    def _index(
         self,
         files: list[str],
         num_classes: int,
@@ -345,13 +345,13 @@ class YOLODataset(DetectionDataset):
         skip_corrupt: bool,
         problems: DatasetProblems,
         keypoints: bool,
-    ) -> list[ImageRecord]:
+    ) -> DatasetIndex:
         with ThreadPoolExecutor(HEADER_THREADS) as pool:
             sizes = list(pool.map(_try_size, files))
         # with skip_corrupt, training skips bad label lines and says how many in one line
         line_log = problems if problems.collect or not skip_corrupt else DatasetProblems(collect=True)
         clip = BoxClipCounter(problems, scored_as_given=self.for_eval)
-        records = []
+        records = IndexBuilder()
         for img_id, (file, size) in enumerate(zip(files, sizes)):
             labels_file = label_path(file)
             labels, lines = parse_label_file(labels_file, num_classes, line_log, keypoints)
@@ -372,7 +372,7 @@ class YOLODataset(DetectionDataset):
             raw = (boxes.copy(), classes, np.zeros(len(classes), dtype=bool))
             keep = clip.clip(boxes, width, height, lambda k, f=labels_file, n=lines: f"{f}:{n[k]}")
             changed = not keep.all() or not np.array_equal(raw[0], boxes)
-            records.append(
+            records.add(
                 ImageRecord(
                     img_id=img_id,
                     file=file,
@@ -388,7 +388,7 @@ class YOLODataset(DetectionDataset):
             first = next(k.examples[0] for k in line_log.kinds.values())
             logger.warning(f"{split}: skipped {line_log.count()} bad label lines (first: {first})")
         clip.report(split)
-        return records
+        return records.build()
 
     @cached_property
     def coco(self) -> COCO:
