@@ -3,6 +3,7 @@
 python tools/export.py --format onnx -f exps/example/shapes_nano.py      # best_ckpt.pth -> shapes_nano.onnx
 python tools/export.py --format onnx -n yolox-s -c yolox_s.pth --dynamic --decode-in-inference
 python tools/export.py --format onnx -f exps/example/shapes_nano.py --dynamic --int8   # calibrated INT8
+python tools/export.py --format onnx -f exps/example/shapes_nano.py --nms --nms-conf 0.3  # ends in NMS
 python tools/export.py --format openvino -f exps/example/shapes_nano.py --dynamic   # shapes_nano.xml + .bin
 python tools/export.py --format openvino -f exps/example/shapes_nano.py --dynamic --int8 --calib-images 300
 python tools/export.py --format torchscript -f exps/yolox_nano.py -c best_ckpt.pth
@@ -39,6 +40,7 @@ from yolox_fast.core.export import (
 )
 from yolox_fast.data.build import build_calibration_dataset
 from yolox_fast.inference import load_exported_model, load_inference_model
+from yolox_fast.inference.graph_nms import GraphNMS
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -64,6 +66,18 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="decode boxes to pixels inside the graph (default: raw head outputs, decoded by the caller)",
     )
+    p.add_argument(
+        "--nms",
+        action="store_true",
+        help="ONNX / OpenVINO: end the graph in score filter + NMS; outputs detections (B, D, 6) "
+        "[x1, y1, x2, y2, score, class] in input px and num_detections (B,) (docs/deployment.md)",
+    )
+    p.add_argument(
+        "--nms-conf", type=float, default=None, help="--nms: keep score > this (default test_conf)"
+    )
+    p.add_argument("--nms-iou", type=float, default=None, help="--nms: NMS IoU threshold (default nmsthre)")
+    p.add_argument("--nms-agnostic", action="store_true", help="--nms: NMS across classes, not within each")
+    p.add_argument("--max-det", type=int, default=100, help="--nms: detections per image, D (default 100)")
     p.add_argument(
         "--half",
         action="store_true",
@@ -108,6 +122,8 @@ def check_flags(args) -> None:
         )
     if args.format == "torchscript" and (args.dynamic or args.int8):
         raise ValueError("--dynamic and --int8 are for ONNX and OpenVINO (TorchScript takes any batch)")
+    if args.nms and (args.format not in ("onnx", "openvino") or args.int8):
+        raise ValueError("--nms: NMS in the graph is for ONNX and OpenVINO, and not built for INT8 files")
     if args.int8 and args.half:
         raise ValueError("--int8 and --half: choose one precision")
     if args.int8 and args.calib_images < 1:
@@ -129,7 +145,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
     exp = build_exp(args)
     ckpt = default_checkpoint(exp, args.ckpt)
     precision = "int8" if args.int8 else "fp16" if args.half else "fp32"
-    tag = "" if precision == "fp32" else f"_{precision}"
+    tag = ("" if precision == "fp32" else f"_{precision}") + ("_nms" if args.nms else "")
     output = args.output_name or f"{exp.exp_name}{tag}{SUFFIXES[args.format]}"
     device = "cuda" if args.device == "gpu" or args.format == "tensorrt" else "cpu"
 
@@ -140,6 +156,11 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
         exp.prepare_dataset()
         calibration = CalibrationImages(build_calibration_dataset(exp), args.calib_images, static_batch or 1)
         logger.info(f"INT8 calibration on {calibration.num_images} training images at {exp.test_size}")
+    nms = None
+    if args.nms:
+        conf = exp.test_conf if args.nms_conf is None else args.nms_conf
+        iou = exp.nmsthre if args.nms_iou is None else args.nms_iou
+        nms = GraphNMS(conf, iou, args.nms_agnostic, args.max_det)
     meta = export_metadata(
         exp,
         model,
@@ -150,6 +171,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
         precision,
         device,
         calibration.num_images if calibration else 0,
+        nms,
     )
     if args.format == "tensorrt" and args.dynamic:
         meta = dataclasses.replace(meta, max_batch=args.batch_size)
