@@ -60,6 +60,7 @@ setup(
         "psutil",
         "pyyaml",  # Ultralytics data.yaml dataset descriptions
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
+        "scipy",  # the trackers' linear assignment (tools/demo.py --track)
     ],
     extras_require={
         # the trackers' tests run W&B (offline) and MLflow (SQLite, a local server) for real
@@ -74,6 +75,7 @@ setup(
             "ruff",
             "wandb",
             "mlflow",
+            "motmetrics",  # MOTA / IDF1 of tools/benchmark.py track
         ],
         "onnx": ["onnx", "onnxruntime"],  # tools/export.py --format onnx (and its INT8), eval/demo on .onnx
         # --format openvino; NNCF quantizes it to INT8 (--int8); onnx: OpenVINO converts from an ONNX export

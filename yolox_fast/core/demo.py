@@ -16,7 +16,8 @@ import numpy as np
 from loguru import logger
 
 from yolox_fast.inference import Predictor
-from yolox_fast.utils.visualize import draw_detections
+from yolox_fast.tracking import ByteTracker, mot_lines
+from yolox_fast.utils.visualize import draw_detections, draw_tracks
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # a picture's defaults, YOLOX's demo's: score >= 0.3, then NMS at IoU 0.3 across classes
@@ -123,12 +124,15 @@ def run_on_stream(
     save_video: bool = False,
     save_json: bool = False,
     show: bool = False,
+    tracker: ByteTracker | None = None,
 ) -> int:
     """Detect on a video file or a camera id, `batch_size` frames per forward; returns frames processed.
 
     `save_video`: annotated `out_path` (.mp4); `save_json`: detections per frame in `out_path` with a
-    .json suffix; `show` opens a window (ESC or q stops). Where no window can open (`window_unavailable`)
-    the run says why in one line and writes the annotated video to `out_path` instead.
+    .json suffix; `show` opens a window (ESC or q stops). `tracker`: each frame's detections go through it
+    (the predictor's threshold should be the tracker's low one), its tracks are drawn with their ids and
+    written in MOT Challenge text format to `out_path` with a .txt suffix. Where no window can open
+    (`window_unavailable`) the run says why in one line and writes the annotated video to `out_path` instead.
     """
     if show:
         reason = window_unavailable()
@@ -137,8 +141,8 @@ def run_on_stream(
             save_video = save_video or out_path is not None
             where = f"the annotated video is written to {out_path}" if save_video else "nothing is shown"
             logger.warning(f"frames are not shown: {reason}; {where}")
-    if (save_video or save_json) and out_path is None:
-        raise ValueError("saving the video or JSON needs an out_path")
+    if (save_video or save_json or tracker) and out_path is None:
+        raise ValueError("saving the video, JSON or tracks needs an out_path")
     if isinstance(source, str) and not Path(source).exists():
         raise FileNotFoundError(f"no such video file: {source}")
     cap = cv2.VideoCapture(source)
@@ -152,6 +156,7 @@ def run_on_stream(
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     writer = None
     per_frame: list[list[dict[str, Any]]] = []
+    track_lines: list[str] = []
     frames_done = 0
     stop = False
     start = time.perf_counter()
@@ -166,7 +171,12 @@ def run_on_stream(
             if not frames:
                 break
             for frame, dets in zip(frames, predictor.predict(frames)):
-                drawn = draw_detections(frame, dets, class_names, predictor.conf)
+                if tracker is None:
+                    drawn = draw_detections(frame, dets, class_names, predictor.conf)
+                else:
+                    tracks = tracker.update(dets)  # (T, 7) x1, y1, x2, y2, id, score, class
+                    track_lines += mot_lines(tracker.frame, tracks)
+                    drawn = draw_tracks(frame, tracks, class_names)
                 if save_video:
                     if writer is None:
                         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,6 +206,13 @@ def run_on_stream(
             with open(out_path.with_suffix(".json"), "w") as f:
                 json.dump(per_frame, f)
             logger.info(f"detections per frame written to {out_path.with_suffix('.json')}")
+        if tracker is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.with_suffix(".txt").write_text("".join(line + "\n" for line in track_lines))
+            ids = len({line.split(",")[1] for line in track_lines})
+            logger.info(
+                f"{ids} tracks, {len(track_lines)} boxes, written to {out_path.with_suffix('.txt')} (MOT)"
+            )
     return frames_done
 
 
