@@ -13,6 +13,7 @@ from test_export import _error_line, _lively_nano, _printed_ap
 
 from yolox_fast.core.export import export_metadata, export_onnx, export_openvino, output_diff
 from yolox_fast.inference import load_exported_model
+from yolox_fast.inference.exported import ExportMetadata
 from yolox_fast.inference.graph_nms import DetectWithNMS, GraphNMS
 from yolox_fast.utils.boxes import postprocess
 
@@ -57,6 +58,15 @@ def test_max_det_is_capped_by_the_anchors(lively):
     with torch.no_grad():
         detections, _ = graph(images)
     assert detections.shape[1] == anchors
+
+
+def test_metadata_round_trips_and_files_without_nms_stay_readable_by_older_versions(lively):
+    exp, model, _ = lively
+    raw = export_metadata(exp, model, NAMES, "onnx", False, None)
+    assert "nms" not in json.loads(raw.to_json())  # the field older readers do not know is left out
+    assert ExportMetadata.from_json(raw.to_json(), "raw.onnx") == raw
+    ends_in_nms = export_metadata(exp, model, NAMES, "openvino", False, None, nms=GraphNMS(0.1, 0.5, True, 7))
+    assert ExportMetadata.from_json(ends_in_nms.to_json(), "nms.xml") == ends_in_nms
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "openvino"])

@@ -97,7 +97,11 @@ class ExportMetadata:
     version: int = METADATA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        fields = asdict(self)
+        if fields["nms"] is None:
+            # a file without NMS in its graph stays readable by the versions from before the field
+            del fields["nms"]
+        return json.dumps(fields)
 
     @classmethod
     def from_json(cls, text: str, path: str) -> ExportMetadata:
