@@ -53,7 +53,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--path",
         type=str,
         default=None,
-        help="image file or folder (searched recursively), or video file; default: the exp's val images",
+        help="image: file, folder (searched recursively), glob ('photos/*.jpg', 'data/**/*.png') or "
+        "image URL; video: file or stream URL (rtsp://, http(s)://; reconnected when it drops); default: "
+        "the exp's val images",
     )
     p.add_argument("--camid", type=int, default=0, help="webcam id")
     p.add_argument("-b", "--batch-size", type=int, default=1, help="images or frames per forward")

@@ -1,4 +1,5 @@
-"""The demo's loops: images from a folder or frames from a video/webcam, B at a time through a Predictor."""
+"""The demo's loops: images (files, folders, globs, URLs) or frames (video files, streams, a webcam), B at a
+time through a Predictor; what they read is `core.sources`."""
 
 from __future__ import annotations
 
@@ -15,24 +16,14 @@ import cv2
 import numpy as np
 from loguru import logger
 
+from yolox_fast.core.sources import IMAGE_EXTS, VideoSource, image_base, image_name, list_images, read_image
 from yolox_fast.inference import Predictor
 from yolox_fast.tracking import ByteTracker, mot_lines
 from yolox_fast.utils.visualize import draw_detections, draw_tracks
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # a picture's defaults, YOLOX's demo's: score >= 0.3, then NMS at IoU 0.3 across classes
 DEMO_CONF = 0.3
 DEMO_NMS = 0.3
-
-
-def list_images(path: str) -> list[Path]:
-    """`path` itself if a file, else every image under it (recursively, sorted)."""
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        raise FileNotFoundError(f"no such image file or folder: {path}")
-    return sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS)
 
 
 def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> list[dict[str, Any]]:
@@ -48,12 +39,14 @@ def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> list[
     ]
 
 
-def _read_batches(paths: Sequence[Path], batch_size: int) -> Iterator[tuple[list[Path], list[np.ndarray]]]:
+def _read_batches(
+    paths: Sequence[Path | str], batch_size: int
+) -> Iterator[tuple[list[Path | str], list[np.ndarray]]]:
     """Batches of up to `batch_size` decoded images; an unreadable file is reported and left out."""
-    names: list[Path] = []
+    names: list[Path | str] = []
     images: list[np.ndarray] = []
     for path in paths:
-        img = cv2.imread(str(path))
+        img = read_image(path)
         if img is None:
             logger.warning(f"cannot read image {path}: skipped")
             continue
@@ -75,7 +68,8 @@ def run_on_images(
     save_images: bool = False,
     save_json: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Detect on every image at `path` (file or folder), `batch_size` images per forward.
+    """Detect on every image at `path` (file, folder, glob or image URL: `sources.list_images`), `batch_size`
+    images per forward.
 
     Returns {path relative to `path`: (K, 6) detections}. `save_images`: annotated copies under
     `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`.
@@ -86,12 +80,12 @@ def run_on_images(
     paths = list_images(path)
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTS)}) under {path}")
-    base = Path(path) if Path(path).is_dir() else Path(path).parent
+    base = image_base(path)
     results: dict[str, np.ndarray] = {}
     start = time.perf_counter()
     for names, images in _read_batches(paths, batch_size):
         for name, img, dets in zip(names, images, predictor.predict(images)):
-            rel = str(name.relative_to(base))
+            rel = image_name(name, base)
             results[rel] = dets
             if save_images:
                 out = out_dir / rel
@@ -126,7 +120,8 @@ def run_on_stream(
     show: bool = False,
     tracker: ByteTracker | None = None,
 ) -> int:
-    """Detect on a video file or a camera id, `batch_size` frames per forward; returns frames processed.
+    """Detect on a video file, a stream URL or a camera id (`sources.VideoSource`: a dropped live stream is
+    reopened), `batch_size` frames per forward; returns frames processed.
 
     `save_video`: annotated `out_path` (.mp4); `save_json`: detections per frame in `out_path` with a
     .json suffix; `show` opens a window (ESC or q stops). `tracker`: each frame's detections go through it
@@ -143,17 +138,8 @@ def run_on_stream(
             logger.warning(f"frames are not shown: {reason}; {where}")
     if (save_video or save_json or tracker) and out_path is None:
         raise ValueError("saving the video, JSON or tracks needs an out_path")
-    if isinstance(source, str) and not Path(source).exists():
-        raise FileNotFoundError(f"no such video file: {source}")
-    cap = cv2.VideoCapture(source)
-    if not cap.isOpened():
-        if isinstance(source, str):
-            raise ValueError(
-                f"{source} exists but is not a video OpenCV can read (an image, text, or an "
-                "unsupported codec?); use `image --path` for pictures"
-            )
-        raise FileNotFoundError(f"cannot open camera {source}: is it connected and not in use?")
-    fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
+    video = VideoSource(source)
+    fps = video.fps
     writer = None
     per_frame: list[list[dict[str, Any]]] = []
     track_lines: list[str] = []
@@ -164,8 +150,8 @@ def run_on_stream(
         while not stop:
             frames = []
             while len(frames) < batch_size:
-                ok, frame = cap.read()
-                if not ok:
+                frame = video.read()
+                if frame is None:
                     break
                 frames.append(frame)
             if not frames:
@@ -193,7 +179,7 @@ def run_on_stream(
     except KeyboardInterrupt:
         logger.info("interrupted")
     finally:
-        cap.release()
+        video.release()
         if writer is not None:
             writer.release()
         elapsed = time.perf_counter() - start
