@@ -31,6 +31,7 @@ from yolox_fast.core.demo import (
     run_on_stream,
     timestamped_dir,
 )
+from yolox_fast.core.prediction_outputs import add_output_arguments, output_options
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
@@ -74,6 +75,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
     p.add_argument("--save_result", action="store_true", help="write annotated images / video")
     p.add_argument("--save-json", action="store_true", help="write detections per image as JSON")
+    add_output_arguments(p)
     p.add_argument(
         "--track",
         action="store_true",
@@ -152,6 +154,7 @@ def main(argv=None) -> None:
             out_dir=out_dir,
             save_images=args.save_result,
             save_json=args.save_json,
+            outputs=output_options(args),
         )
     else:
         if args.demo == "video" and args.path is None:
@@ -168,6 +171,7 @@ def main(argv=None) -> None:
             save_json=args.save_json,
             show=args.demo == "webcam",
             tracker=tracker,
+            outputs=output_options(args),
         )
 
 

@@ -16,6 +16,12 @@ import cv2
 import numpy as np
 from loguru import logger
 
+from yolox_fast.core.prediction_outputs import (
+    OutputOptions,
+    PredictionWriter,
+    select_detections,
+    summary_line,
+)
 from yolox_fast.core.sources import IMAGE_EXTS, VideoSource, image_base, image_name, list_images, read_image
 from yolox_fast.inference import Predictor
 from yolox_fast.tracking import ByteTracker, mot_lines
@@ -67,16 +73,20 @@ def run_on_images(
     out_dir: Path | None = None,
     save_images: bool = False,
     save_json: bool = False,
+    outputs: OutputOptions | None = None,
 ) -> dict[str, np.ndarray]:
     """Detect on every image at `path` (file, folder, glob or image URL: `sources.list_images`), `batch_size`
     images per forward.
 
     Returns {path relative to `path`: (K, 6) detections}. `save_images`: annotated copies under
-    `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`.
-    Logs images/s (end to end) and the model's own images/s (forward + NMS).
+    `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`; `outputs`: the class filter,
+    the per-image cap and the label files (`prediction_outputs`), applied to everything above.
+    Logs one summary line per image, images/s (end to end) and the model's own images/s (forward + NMS).
     """
-    if (save_images or save_json) and out_dir is None:
-        raise ValueError("saving images or JSON needs an out_dir")
+    outputs = outputs or OutputOptions()
+    if (save_images or save_json or outputs.writes) and out_dir is None:
+        raise ValueError("saving images, JSON or labels needs an out_dir")
+    writer = PredictionWriter(out_dir, class_names, outputs) if outputs.writes else None
     paths = list_images(path)
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTS)}) under {path}")
@@ -84,14 +94,24 @@ def run_on_images(
     results: dict[str, np.ndarray] = {}
     start = time.perf_counter()
     for names, images in _read_batches(paths, batch_size):
-        for name, img, dets in zip(names, images, predictor.predict(images)):
+        batch_start = time.perf_counter()
+        predicted = predictor.predict(images)
+        ms = 1000 * (time.perf_counter() - batch_start) / len(images)
+        for name, img, dets in zip(names, images, predicted):
             rel = image_name(name, base)
+            dets = select_detections(dets, outputs.classes, outputs.max_det)
             results[rel] = dets
+            logger.info(summary_line(rel, dets, class_names, ms))
+            if writer is not None:
+                writer.add(rel, img, dets)
             if save_images:
                 out = out_dir / rel
                 out.parent.mkdir(parents=True, exist_ok=True)
                 cv2.imwrite(str(out), draw_detections(img, dets, class_names, predictor.conf))
     elapsed = time.perf_counter() - start
+    if writer is not None:
+        writer.close()
+        logger.info(f"labels / crops written under {out_dir}")
     skipped = len(paths) - len(results)
     logger.info(
         f"{len(results)} images ({skipped} unreadable, skipped) in {elapsed:.2f} s: "
@@ -119,6 +139,7 @@ def run_on_stream(
     save_json: bool = False,
     show: bool = False,
     tracker: ByteTracker | None = None,
+    outputs: OutputOptions | None = None,
 ) -> int:
     """Detect on a video file, a stream URL or a camera id (`sources.VideoSource`: a dropped live stream is
     reopened), `batch_size` frames per forward; returns frames processed.
@@ -126,7 +147,8 @@ def run_on_stream(
     `save_video`: annotated `out_path` (.mp4); `save_json`: detections per frame in `out_path` with a
     .json suffix; `show` opens a window (ESC or q stops). `tracker`: each frame's detections go through it
     (the predictor's threshold should be the tracker's low one), its tracks are drawn with their ids and
-    written in MOT Challenge text format to `out_path` with a .txt suffix. Where no window can open
+    written in MOT Challenge text format to `out_path` with a .txt suffix. `outputs`: its class filter and
+    per-frame cap (label files are for images). One summary line per frame. Where no window can open
     (`window_unavailable`) the run says why in one line and writes the annotated video to `out_path` instead.
     """
     if show:
@@ -138,6 +160,7 @@ def run_on_stream(
             logger.warning(f"frames are not shown: {reason}; {where}")
     if (save_video or save_json or tracker) and out_path is None:
         raise ValueError("saving the video, JSON or tracks needs an out_path")
+    outputs = outputs or OutputOptions()
     video = VideoSource(source)
     fps = video.fps
     writer = None
@@ -156,7 +179,12 @@ def run_on_stream(
                 frames.append(frame)
             if not frames:
                 break
-            for frame, dets in zip(frames, predictor.predict(frames)):
+            batch_start = time.perf_counter()
+            predicted = predictor.predict(frames)
+            ms = 1000 * (time.perf_counter() - batch_start) / len(frames)
+            for k, (frame, dets) in enumerate(zip(frames, predicted)):
+                dets = select_detections(dets, outputs.classes, outputs.max_det)
+                logger.info(summary_line(f"frame {frames_done + k + 1}", dets, class_names, ms))
                 if tracker is None:
                     drawn = draw_detections(frame, dets, class_names, predictor.conf)
                 else:
