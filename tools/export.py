@@ -33,14 +33,16 @@ from yolox_fast.core.export import (
     FORMATS,
     SUFFIXES,
     CalibrationImages,
+    add_nms_arguments,
+    check_nms_flags,
     export_file,
     export_metadata,
     exported_size,
+    graph_nms_from_args,
     output_diff,
 )
 from yolox_fast.data.build import build_calibration_dataset
 from yolox_fast.inference import load_exported_model, load_inference_model
-from yolox_fast.inference.graph_nms import GraphNMS
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -66,18 +68,7 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="decode boxes to pixels inside the graph (default: raw head outputs, decoded by the caller)",
     )
-    p.add_argument(
-        "--nms",
-        action="store_true",
-        help="ONNX / OpenVINO: end the graph in score filter + NMS; outputs detections (B, D, 6) "
-        "[x1, y1, x2, y2, score, class] in input px and num_detections (B,) (docs/deployment.md)",
-    )
-    p.add_argument(
-        "--nms-conf", type=float, default=None, help="--nms: keep score > this (default test_conf)"
-    )
-    p.add_argument("--nms-iou", type=float, default=None, help="--nms: NMS IoU threshold (default nmsthre)")
-    p.add_argument("--nms-agnostic", action="store_true", help="--nms: NMS across classes, not within each")
-    p.add_argument("--max-det", type=int, default=100, help="--nms: detections per image, D (default 100)")
+    add_nms_arguments(p)
     p.add_argument(
         "--half",
         action="store_true",
@@ -122,8 +113,7 @@ def check_flags(args) -> None:
         )
     if args.format == "torchscript" and (args.dynamic or args.int8):
         raise ValueError("--dynamic and --int8 are for ONNX and OpenVINO (TorchScript takes any batch)")
-    if args.nms and (args.format not in ("onnx", "openvino") or args.int8):
-        raise ValueError("--nms: NMS in the graph is for ONNX and OpenVINO, and not built for INT8 files")
+    check_nms_flags(args)
     if args.int8 and args.half:
         raise ValueError("--int8 and --half: choose one precision")
     if args.int8 and args.calib_images < 1:
@@ -156,11 +146,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None) -> None:
         exp.prepare_dataset()
         calibration = CalibrationImages(build_calibration_dataset(exp), args.calib_images, static_batch or 1)
         logger.info(f"INT8 calibration on {calibration.num_images} training images at {exp.test_size}")
-    nms = None
-    if args.nms:
-        conf = exp.test_conf if args.nms_conf is None else args.nms_conf
-        iou = exp.nmsthre if args.nms_iou is None else args.nms_iou
-        nms = GraphNMS(conf, iou, args.nms_agnostic, args.max_det)
+    nms = graph_nms_from_args(args, exp)
     meta = export_metadata(
         exp,
         model,

@@ -9,6 +9,7 @@ with NMS in the graph (ONNX and OpenVINO), "detections" (B, D, 6) and "num_detec
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import dataclasses
@@ -37,6 +38,37 @@ FORMATS = ("onnx", "torchscript", "openvino", "tensorrt")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".torchscript", "openvino": ".xml", "tensorrt": ".engine"}
 # per-channel weight scales (DequantizeLinear's axis) need opset 13
 INT8_MIN_OPSET = 13
+
+
+def add_nms_arguments(p: argparse.ArgumentParser) -> None:
+    """tools/export.py's flags for NMS in the graph (`graph_nms`)."""
+    p.add_argument(
+        "--nms",
+        action="store_true",
+        help="ONNX / OpenVINO: end the graph in score filter + NMS; outputs detections (B, D, 6) "
+        "[x1, y1, x2, y2, score, class] in input px and num_detections (B,) (docs/deployment.md)",
+    )
+    p.add_argument(
+        "--nms-conf", type=float, default=None, help="--nms: keep score > this (default test_conf)"
+    )
+    p.add_argument("--nms-iou", type=float, default=None, help="--nms: NMS IoU threshold (default nmsthre)")
+    p.add_argument("--nms-agnostic", action="store_true", help="--nms: NMS across classes, not within each")
+    p.add_argument("--max-det", type=int, default=100, help="--nms: detections per image, D (default 100)")
+
+
+def check_nms_flags(args: argparse.Namespace) -> None:
+    """--nms with a format or precision it is not built for: one clear error before anything is loaded."""
+    if args.nms and (args.format not in ("onnx", "openvino") or args.int8):
+        raise ValueError("--nms: NMS in the graph is for ONNX and OpenVINO, and not built for INT8 files")
+
+
+def graph_nms_from_args(args: argparse.Namespace, exp) -> GraphNMS | None:
+    """The GraphNMS --nms asks for (thresholds default to the exp's evaluation ones), None without it."""
+    if not args.nms:
+        return None
+    conf = exp.test_conf if args.nms_conf is None else args.nms_conf
+    iou = exp.nmsthre if args.nms_iou is None else args.nms_iou
+    return GraphNMS(conf, iou, args.nms_agnostic, args.max_det)
 
 
 def export_metadata(
