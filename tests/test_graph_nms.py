@@ -12,7 +12,7 @@ from helpers import load_tool, run_tool_here
 from test_export import _error_line, _lively_nano, _printed_ap
 
 from yolox_fast.core.export import export_metadata, export_onnx, export_openvino, output_diff
-from yolox_fast.inference import load_exported_model
+from yolox_fast.inference import Predictor, load_exported_model
 from yolox_fast.inference.exported import ExportMetadata
 from yolox_fast.inference.graph_nms import DetectWithNMS, GraphNMS
 from yolox_fast.utils.boxes import postprocess
@@ -84,6 +84,29 @@ def test_exported_graph_ends_in_the_torch_modules_detections(lively, fmt, static
     assert diff < 1e-2  # px: fp32 rounding of boxes up to ~100 px, the same boxes kept in the same order
     with pytest.raises(ValueError, match="ends in NMS"):
         exported(images)
+
+
+def test_a_higher_threshold_applies_after_the_graph_and_what_cannot_apply_is_said_once(
+    lively, tmp_path, log_lines
+):
+    exp, model, images = lively
+    frames = [np.ascontiguousarray(img.permute(1, 2, 0).numpy().astype(np.uint8)) for img in images]
+    detections = {}
+    for conf in (0.1, 0.3):
+        path = str(tmp_path / f"conf{conf}.onnx")
+        meta = export_metadata(exp, model, NAMES, "onnx", False, None, nms=GraphNMS(conf, 0.5, max_det=84))
+        export_onnx(model, path, meta)
+        predictor = Predictor(load_exported_model(path), 6, (64, 64), 0.3, 0.5)
+        detections[conf] = predictor.predict(frames)
+    assert sum(map(len, detections[0.3])) > 0
+    for low, high in zip(detections[0.1], detections[0.3]):
+        np.testing.assert_allclose(low, high, atol=1e-4)
+    assert not [line for line in log_lines if "cannot apply" in line]
+    lenient = Predictor(load_exported_model(str(tmp_path / "conf0.3.onnx")), 6, (64, 64), 0.01, 0.45, "cpu")
+    lenient.predict(frames[:1])
+    lenient.predict(frames[1:2])
+    said = [line for line in log_lines if "cannot apply" in line]
+    assert len(said) == 1 and "score threshold 0.01" in said[0] and "NMS IoU 0.45" in said[0]
 
 
 def test_export_flags_that_do_not_fit_nms_are_one_error_line(capsys):
