@@ -71,6 +71,7 @@ setup(
         "pyyaml",  # Ultralytics data.yaml dataset descriptions
         "pillow",  # image sizes from file headers (YOLO sets carry no sizes)
         "imagesize",  # the size of an image too large for Pillow to open (a decompression bomb), to refuse it
+        "scipy",  # the trackers' linear assignment (tools/demo.py --track)
     ],
     extras_require={
         # the trackers' tests run W&B (offline) and MLflow (SQLite, a local server) for real
@@ -86,6 +87,7 @@ setup(
             "wandb",
             "mlflow",
             "supervision",
+            "motmetrics",  # MOTA / IDF1 of tools/benchmark.py track
         ],
         "onnx": ["onnx", "onnxruntime"],  # tools/export.py --format onnx (and its INT8), eval/demo on .onnx
         # --format openvino; NNCF quantizes it to INT8 (--int8); onnx: OpenVINO converts from an ONNX export

@@ -113,7 +113,8 @@ def test_deploy_benchmark_scores_and_times_every_format_against_eager(capsys, ti
     ]
     table = {(r[0].strip(), r[1].strip()): [c.strip() for c in r[2:]] for r in rows}
     assert list(table) == [("pytorch", "fp32"), ("torchscript", "fp32"), ("onnx", "fp32"), ("onnx", "int8"),
-                           ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int8")]  # fmt: skip
+                           ("onnx", "fp32+nms"), ("openvino", "fp32"), ("openvino", "fp16"),
+                           ("openvino", "int8"), ("openvino", "fp32+nms")]  # fmt: skip
     assert table[("pytorch", "fp32")][5] == "1.00x" and table[("pytorch", "fp32")][7] == "1.00x"
     for (fmt, precision), cells in table.items():
         assert re.fullmatch(r"\d\.\d{4}", cells[1]) and re.fullmatch(r"\d+\.\d+x", cells[7]), (fmt, cells)

@@ -7,7 +7,7 @@ import importlib
 import sys
 
 SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "deploy", "gpu",
-          "workers", "allocator", "stem", "scale")  # fmt: skip
+          "workers", "allocator", "stem", "scale", "track")  # fmt: skip
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ torch), read back as `tools/eval.py -c FILE` reads it and scored with the same e
 validation split; then timed on letterboxed validation images: latency at batch 1 and throughput at
 batch 8, each the median of `--runs` calls per round over `--rounds` rounds that interleave the rows (a
 load change on a shared machine then hits every row alike), after `--warmup` calls. The time is the
-model call as eval makes it (forward and, for raw outputs, the decode), not the letterbox or the NMS.
+model call as eval makes it (forward and, for raw outputs, the decode), not the letterbox or the NMS,
+except in the "fp32+nms" rows: files exported with `--nms` (the exp's thresholds, at most 100 detections),
+whose time includes the decode and NMS in their graph and whose AP is scored on their own detections.
 INT8 rows are calibrated on `--calib-images` training images. Every row runs with torch's thread count.
 """
 
@@ -33,6 +35,7 @@ from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrid
 from yolox_fast.core.export import SUFFIXES, CalibrationImages, export_file, export_metadata, exported_size
 from yolox_fast.data.build import build_calibration_dataset, build_eval_dataset
 from yolox_fast.inference import load_exported_model, load_inference_model
+from yolox_fast.inference.graph_nms import GraphNMS
 
 # (format, precision) in table order; pytorch fp32 is the baseline every ratio divides by
 ROWS = (
@@ -40,9 +43,11 @@ ROWS = (
     ("torchscript", "fp32"),
     ("onnx", "fp32"),
     ("onnx", "int8"),
+    ("onnx", "fp32+nms"),
     ("openvino", "fp32"),
     ("openvino", "fp16"),
     ("openvino", "int8"),
+    ("openvino", "fp32+nms"),
 )
 FORMATS = tuple(dict.fromkeys(fmt for fmt, _ in ROWS if fmt != "pytorch"))
 SHAPES_EXP = Path(__file__).resolve().parents[2] / "exps" / "example" / "shapes_nano.py"
@@ -59,6 +64,12 @@ class Row:
     ap50: float = 0.0
     latency: list[float] = field(default_factory=list)  # per round: median s per batch-1 call
     throughput: list[float] = field(default_factory=list)  # per round: images/s at the big batch
+
+    @property
+    def call(self) -> Callable:
+        """What one timed call runs: the model, or the detections of a file that ends in NMS."""
+        nms = getattr(getattr(self.model, "metadata", None), "nms", None)
+        return self.model.detect if nms else self.model
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -88,8 +99,9 @@ def _median_call(model: Callable, images: torch.Tensor, runs: int) -> float:
     return statistics.median(times)
 
 
-def _export(fmt: str, precision: str, model, exp, class_names, folder: str, calibration) -> str:
-    path = os.path.join(folder, f"{exp.exp_name}_{precision}{SUFFIXES[fmt]}")
+def _export(fmt: str, row_precision: str, model, exp, class_names, folder: str, calibration) -> str:
+    precision, _, nms = row_precision.partition("+")
+    path = os.path.join(folder, f"{exp.exp_name}_{precision}{'_nms' if nms else ''}{SUFFIXES[fmt]}")
     meta = export_metadata(
         exp,
         model,
@@ -100,6 +112,7 @@ def _export(fmt: str, precision: str, model, exp, class_names, folder: str, cali
         precision,
         "cpu",
         calibration.num_images if precision == "int8" else 0,
+        GraphNMS(exp.test_conf, exp.nmsthre) if nms else None,
     )
     export_file(model, path, meta, calibration=calibration if precision == "int8" else None)
     return path
@@ -166,14 +179,14 @@ def _measure(rows: list[Row], exp, class_names, args) -> None:
     for row in rows:
         for _ in range(args.warmup):
             with torch.no_grad():
-                row.model(one), row.model(big)
+                row.call(one), row.call(big)
     for round_index in range(args.rounds):
         for row in rows:
             # one untimed call first: the runtime that ran before may still hold the cores (spinning threads)
             with torch.no_grad():
-                row.model(one), row.model(big)
-            row.latency.append(_median_call(row.model, one, args.runs))
-            row.throughput.append(args.batch_size / _median_call(row.model, big, args.runs))
+                row.call(one), row.call(big)
+            row.latency.append(_median_call(row.call, one, args.runs))
+            row.throughput.append(args.batch_size / _median_call(row.call, big, args.runs))
         logger.info(f"timing round {round_index + 1}/{args.rounds} done")
     print_table(rows, exp, len(val), args)
 

@@ -1,4 +1,5 @@
-"""The demo's loops: images from a folder or frames from a video/webcam, B at a time through a Predictor."""
+"""The demo's loops: images (files, folders, globs, URLs) or frames (video files, streams, a webcam), B at a
+time through a Predictor; what they read is `core.sources`."""
 
 from __future__ import annotations
 
@@ -15,24 +16,20 @@ import cv2
 import numpy as np
 from loguru import logger
 
-from yolox_fast.data.image_io import CorruptImageError, read_image
+from yolox_fast.core.prediction_outputs import (
+    OutputOptions,
+    PredictionWriter,
+    select_detections,
+    summary_line,
+)
+from yolox_fast.core.sources import IMAGE_EXTS, VideoSource, image_base, image_name, list_images, read_image
 from yolox_fast.inference import Predictor
-from yolox_fast.utils.visualize import draw_detections
+from yolox_fast.tracking import ByteTracker, mot_lines
+from yolox_fast.utils.visualize import draw_detections, draw_tracks
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # a picture's defaults, YOLOX's demo's: score >= 0.3, then NMS at IoU 0.3 across classes
 DEMO_CONF = 0.3
 DEMO_NMS = 0.3
-
-
-def list_images(path: str) -> list[Path]:
-    """`path` itself if a file, else every image under it (recursively, sorted)."""
-    p = Path(path)
-    if p.is_file():
-        return [p]
-    if not p.is_dir():
-        raise FileNotFoundError(f"no such image file or folder: {path}")
-    return sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS)
 
 
 def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> list[dict[str, Any]]:
@@ -48,15 +45,15 @@ def detections_to_records(dets: np.ndarray, class_names: Sequence[str]) -> list[
     ]
 
 
-def _read_batches(paths: Sequence[Path], batch_size: int) -> Iterator[tuple[list[Path], list[np.ndarray]]]:
+def _read_batches(
+    paths: Sequence[Path | str], batch_size: int
+) -> Iterator[tuple[list[Path | str], list[np.ndarray]]]:
     """Batches of up to `batch_size` decoded images; an unreadable file is reported and left out."""
-    names: list[Path] = []
+    names: list[Path | str] = []
     images: list[np.ndarray] = []
     for path in paths:
-        try:
-            img = read_image(str(path))  # decoded as training and evaluation decode (alpha on grey)
-        except (CorruptImageError, OSError) as err:
-            logger.warning(f"cannot read image {path}: {err}; skipped")
+        img = read_image(path)  # decoded as training and evaluation decode; None: said and skipped
+        if img is None:
             continue
         names.append(path)
         images.append(img)
@@ -75,30 +72,45 @@ def run_on_images(
     out_dir: Path | None = None,
     save_images: bool = False,
     save_json: bool = False,
+    outputs: OutputOptions | None = None,
 ) -> dict[str, np.ndarray]:
-    """Detect on every image at `path` (file or folder), `batch_size` images per forward.
+    """Detect on every image at `path` (file, folder, glob or image URL: `sources.list_images`), `batch_size`
+    images per forward.
 
     Returns {path relative to `path`: (K, 6) detections}. `save_images`: annotated copies under
-    `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`.
-    Logs images/s (end to end) and the model's own images/s (forward + NMS).
+    `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`; `outputs`: the class filter,
+    the per-image cap and the label files (`prediction_outputs`), applied to everything above.
+    Logs one summary line per image, images/s (end to end) and the model's own images/s (forward + NMS).
     """
-    if (save_images or save_json) and out_dir is None:
-        raise ValueError("saving images or JSON needs an out_dir")
+    outputs = outputs or OutputOptions()
+    if (save_images or save_json or outputs.writes) and out_dir is None:
+        raise ValueError("saving images, JSON or labels needs an out_dir")
+    writer = PredictionWriter(out_dir, class_names, outputs) if outputs.writes else None
     paths = list_images(path)
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTS)}) under {path}")
-    base = Path(path) if Path(path).is_dir() else Path(path).parent
+    base = image_base(path)
     results: dict[str, np.ndarray] = {}
     start = time.perf_counter()
     for names, images in _read_batches(paths, batch_size):
-        for name, img, dets in zip(names, images, predictor.predict(images)):
-            rel = str(name.relative_to(base))
+        batch_start = time.perf_counter()
+        predicted = predictor.predict(images)
+        ms = 1000 * (time.perf_counter() - batch_start) / len(images)
+        for name, img, dets in zip(names, images, predicted):
+            rel = image_name(name, base)
+            dets = select_detections(dets, outputs.classes, outputs.max_det)
             results[rel] = dets
+            logger.info(summary_line(rel, dets, class_names, ms))
+            if writer is not None:
+                writer.add(rel, img, dets)
             if save_images:
                 out = out_dir / rel
                 out.parent.mkdir(parents=True, exist_ok=True)
                 cv2.imwrite(str(out), draw_detections(img, dets, class_names, predictor.conf))
     elapsed = time.perf_counter() - start
+    if writer is not None:
+        writer.close()
+        logger.info(f"labels / crops written under {out_dir}")
     skipped = len(paths) - len(results)
     logger.info(
         f"{len(results)} images ({skipped} unreadable, skipped) in {elapsed:.2f} s: "
@@ -125,12 +137,18 @@ def run_on_stream(
     save_video: bool = False,
     save_json: bool = False,
     show: bool = False,
+    tracker: ByteTracker | None = None,
+    outputs: OutputOptions | None = None,
 ) -> int:
-    """Detect on a video file or a camera id, `batch_size` frames per forward; returns frames processed.
+    """Detect on a video file, a stream URL or a camera id (`sources.VideoSource`: a dropped live stream is
+    reopened), `batch_size` frames per forward; returns frames processed.
 
     `save_video`: annotated `out_path` (.mp4); `save_json`: detections per frame in `out_path` with a
-    .json suffix; `show` opens a window (ESC or q stops). Where no window can open (`window_unavailable`)
-    the run says why in one line and writes the annotated video to `out_path` instead.
+    .json suffix; `show` opens a window (ESC or q stops). `tracker`: each frame's detections go through it
+    (the predictor's threshold should be the tracker's low one), its tracks are drawn with their ids and
+    written in MOT Challenge text format to `out_path` with a .txt suffix. `outputs`: its class filter and
+    per-frame cap (label files are for images). One summary line per frame. Where no window can open
+    (`window_unavailable`) the run says why in one line and writes the annotated video to `out_path` instead.
     """
     if show:
         reason = window_unavailable()
@@ -139,21 +157,14 @@ def run_on_stream(
             save_video = save_video or out_path is not None
             where = f"the annotated video is written to {out_path}" if save_video else "nothing is shown"
             logger.warning(f"frames are not shown: {reason}; {where}")
-    if (save_video or save_json) and out_path is None:
-        raise ValueError("saving the video or JSON needs an out_path")
-    if isinstance(source, str) and not Path(source).exists():
-        raise FileNotFoundError(f"no such video file: {source}")
-    cap = cv2.VideoCapture(source)
-    if not cap.isOpened():
-        if isinstance(source, str):
-            raise ValueError(
-                f"{source} exists but is not a video OpenCV can read (an image, text, or an "
-                "unsupported codec?); use `image --path` for pictures"
-            )
-        raise FileNotFoundError(f"cannot open camera {source}: is it connected and not in use?")
-    fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
+    if (save_video or save_json or tracker) and out_path is None:
+        raise ValueError("saving the video, JSON or tracks needs an out_path")
+    outputs = outputs or OutputOptions()
+    video = VideoSource(source)
+    fps = video.fps
     writer = None
     per_frame: list[list[dict[str, Any]]] = []
+    track_lines: list[str] = []
     frames_done = 0
     stop = False
     start = time.perf_counter()
@@ -161,14 +172,24 @@ def run_on_stream(
         while not stop:
             frames = []
             while len(frames) < batch_size:
-                ok, frame = cap.read()
-                if not ok:
+                frame = video.read()
+                if frame is None:
                     break
                 frames.append(frame)
             if not frames:
                 break
-            for frame, dets in zip(frames, predictor.predict(frames)):
-                drawn = draw_detections(frame, dets, class_names, predictor.conf)
+            batch_start = time.perf_counter()
+            predicted = predictor.predict(frames)
+            ms = 1000 * (time.perf_counter() - batch_start) / len(frames)
+            for k, (frame, dets) in enumerate(zip(frames, predicted)):
+                dets = select_detections(dets, outputs.classes, outputs.max_det)
+                logger.info(summary_line(f"frame {frames_done + k + 1}", dets, class_names, ms))
+                if tracker is None:
+                    drawn = draw_detections(frame, dets, class_names, predictor.conf)
+                else:
+                    tracks = tracker.update(dets)  # (T, 7) x1, y1, x2, y2, id, score, class
+                    track_lines += mot_lines(tracker.frame, tracks)
+                    drawn = draw_tracks(frame, tracks, class_names)
                 if save_video:
                     if writer is None:
                         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +206,7 @@ def run_on_stream(
     except KeyboardInterrupt:
         logger.info("interrupted")
     finally:
-        cap.release()
+        video.release()
         if writer is not None:
             writer.release()
         elapsed = time.perf_counter() - start
@@ -198,6 +219,13 @@ def run_on_stream(
             with open(out_path.with_suffix(".json"), "w") as f:
                 json.dump(per_frame, f)
             logger.info(f"detections per frame written to {out_path.with_suffix('.json')}")
+        if tracker is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.with_suffix(".txt").write_text("".join(line + "\n" for line in track_lines))
+            ids = len({line.split(",")[1] for line in track_lines})
+            logger.info(
+                f"{ids} tracks, {len(track_lines)} boxes, written to {out_path.with_suffix('.txt')} (MOT)"
+            )
     return frames_done
 
 

@@ -3,11 +3,13 @@ has it, INT8 calibrated on training images) that carries its metadata, and check
 and the demo read it, against PyTorch.
 
 Input "images" (B, 3, H, W) float32 BGR 0-255 letterboxed; output "output" (B, A, 5 + C): boxes decoded to
-pixels in the graph, or raw offsets (obj and classes through sigmoid either way) left to the runtime.
+pixels in the graph, or raw offsets (obj and classes through sigmoid either way) left to the runtime; or,
+with NMS in the graph (ONNX and OpenVINO), "detections" (B, D, 6) and "num_detections" (B,) (see graph_nms).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import dataclasses
@@ -30,11 +32,43 @@ from yolox_fast.inference.exported import (
     ExportMetadata,
     require,
 )
+from yolox_fast.inference.graph_nms import OUTPUT_NAMES, DetectWithNMS, GraphNMS
 
 FORMATS = ("onnx", "torchscript", "openvino", "tensorrt")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".torchscript", "openvino": ".xml", "tensorrt": ".engine"}
 # per-channel weight scales (DequantizeLinear's axis) need opset 13
 INT8_MIN_OPSET = 13
+
+
+def add_nms_arguments(p: argparse.ArgumentParser) -> None:
+    """tools/export.py's flags for NMS in the graph (`graph_nms`)."""
+    p.add_argument(
+        "--nms",
+        action="store_true",
+        help="ONNX / OpenVINO: end the graph in score filter + NMS; outputs detections (B, D, 6) "
+        "[x1, y1, x2, y2, score, class] in input px and num_detections (B,) (docs/deployment.md)",
+    )
+    p.add_argument(
+        "--nms-conf", type=float, default=None, help="--nms: keep score > this (default test_conf)"
+    )
+    p.add_argument("--nms-iou", type=float, default=None, help="--nms: NMS IoU threshold (default nmsthre)")
+    p.add_argument("--nms-agnostic", action="store_true", help="--nms: NMS across classes, not within each")
+    p.add_argument("--max-det", type=int, default=100, help="--nms: detections per image, D (default 100)")
+
+
+def check_nms_flags(args: argparse.Namespace) -> None:
+    """--nms with a format or precision it is not built for: one clear error before anything is loaded."""
+    if args.nms and (args.format not in ("onnx", "openvino") or args.int8):
+        raise ValueError("--nms: NMS in the graph is for ONNX and OpenVINO, and not built for INT8 files")
+
+
+def graph_nms_from_args(args: argparse.Namespace, exp) -> GraphNMS | None:
+    """The GraphNMS --nms asks for (thresholds default to the exp's evaluation ones), None without it."""
+    if not args.nms:
+        return None
+    conf = exp.test_conf if args.nms_conf is None else args.nms_conf
+    iou = exp.nmsthre if args.nms_iou is None else args.nms_iou
+    return GraphNMS(conf, iou, args.nms_agnostic, args.max_det)
 
 
 def export_metadata(
@@ -47,15 +81,21 @@ def export_metadata(
     precision: str = "fp32",
     device: str = "cpu",
     calibration_images: int = 0,
+    nms: GraphNMS | None = None,
 ) -> ExportMetadata:
-    """The metadata a file exported from `exp`'s `model` carries (see ExportMetadata)."""
+    """The metadata a file exported from `exp`'s `model` carries (see ExportMetadata); `nms` puts the
+    score filter and NMS in the graph (ONNX and OpenVINO), which decodes the boxes then."""
+    if nms is not None and fmt not in ("onnx", "openvino"):
+        raise ValueError(f"NMS in the graph is for ONNX and OpenVINO, not {fmt}")
+    if nms is not None and precision == "int8":
+        raise ValueError("NMS in the graph is not built for INT8 files: export fp32 (or OpenVINO fp16)")
     return ExportMetadata(
         format=fmt,
         class_names=tuple(str(n) for n in class_names),
         num_classes=int(exp.num_classes),
         test_size=(int(exp.test_size[0]), int(exp.test_size[1])),
         strides=tuple(int(s) for s in model.head.strides),
-        decode_in_graph=decode_in_graph,
+        decode_in_graph=decode_in_graph or nms is not None,
         batch_size=batch_size,
         precision=precision,
         device=device,
@@ -65,6 +105,7 @@ def export_metadata(
         dataset=str(exp.dataset),
         data_dir=exp.data_dir,
         calibration_images=calibration_images,
+        nms=nms,
     )
 
 
@@ -78,22 +119,28 @@ def export_onnx(
     """Write `model` (fp32, CPU) as ONNX with `metadata` as the metadata_props entry "yolox_fast" (JSON).
 
     metadata.batch_size None makes the batch dimension symbolic; H and W are metadata.test_size, fixed.
-    metadata.decode_in_graph False exports the raw head outputs, as YOLOX's ONNX demos expect.
+    metadata.decode_in_graph False exports the raw head outputs, as YOLOX's ONNX demos expect;
+    metadata.nms ends the graph in `DetectWithNMS`'s outputs.
     """
     onnx = require("onnx", "onnx")
     dynamic = metadata.batch_size is None
     dummy = torch.zeros(batch_size, 3, *metadata.test_size)
-    axes = {"images": {0: "batch"}, "output": {0: "batch"}} if dynamic else None
+    graph, output_names = model.eval(), ["output"]
+    if metadata.nms is not None:
+        graph, output_names = _with_nms(model, metadata), list(OUTPUT_NAMES)
+    axes = {name: {0: "batch"} for name in ["images", *output_names]} if dynamic else None
     with _decoding(model, metadata.decode_in_graph), warnings.catch_warnings():
         # the TorchScript-based exporter is deprecated in favour of dynamo (needs onnxscript); it is
         # still the one that handles opset 11 and dynamic_axes without extra dependencies
         warnings.simplefilter("ignore", DeprecationWarning)
+        # the NMS op's torch forward runs once while tracing; its graph is the ONNX op, not that trace
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
         torch.onnx.export(
-            model.eval(),
+            graph,
             (dummy,),
             path,
             input_names=["images"],
-            output_names=["output"],
+            output_names=output_names,
             dynamic_axes=axes,
             opset_version=opset,
             dynamo=False,
@@ -101,8 +148,16 @@ def export_onnx(
     _set_onnx_metadata(onnx, path, metadata)
     logger.info(
         f"exported {path}: input (B={'dynamic' if dynamic else batch_size}, 3, {metadata.test_size[0]}, "
-        f"{metadata.test_size[1]}), opset {opset}, decode_in_inference {metadata.decode_in_graph}"
+        f"{metadata.test_size[1]}), opset {opset}, decode_in_inference {metadata.decode_in_graph}, "
+        f"NMS in the graph {metadata.nms is not None}"
     )
+
+
+def _with_nms(model: nn.Module, metadata: ExportMetadata) -> DetectWithNMS:
+    """`model` followed by metadata.nms, for an input of metadata.test_size."""
+    with torch.no_grad(), _decoding(model, True):
+        anchors = model.eval()(torch.zeros(1, 3, *metadata.test_size)).shape[1]
+    return DetectWithNMS(model, anchors, metadata.nms).eval()
 
 
 def export_torchscript(
@@ -406,10 +461,20 @@ def output_diff(model: nn.Module, exported: ExportedModel, images: torch.Tensor)
 
     Relative: to max(|PyTorch|, 1), for the pixel boxes of an untrained model, whose exp(wh offset) on
     noise can reach 1e10 px; equal values (infinities included) count 0.
+    A file that ends in NMS: its (B, D, 6) detections against `DetectWithNMS` in torch, rows past each
+    image's count zero on both sides.
     """
     with torch.no_grad(), _decoding(model, True):
-        reference = model.eval().cpu()(images)
-    out = exported(images.to(exported.device)).cpu()
+        if exported.metadata.nms is None:
+            reference = model.eval().cpu()(images)
+        else:
+            reference, _ = _with_nms(model.cpu(), exported.metadata)(images)
+    if exported.metadata.nms is None:
+        out = exported(images.to(exported.device)).cpu()
+    else:
+        out = torch.zeros_like(reference)
+        for padded, dets in zip(out, exported.detect(images.to(exported.device))):
+            padded[: len(dets)] = dets.cpu()
     if out.shape != reference.shape:
         raise RuntimeError(
             f"exported output shape {tuple(out.shape)} differs from PyTorch {tuple(reference.shape)}"

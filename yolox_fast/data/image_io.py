@@ -62,6 +62,11 @@ def read_image(path: str, ignore_orientation: bool = False) -> np.ndarray:
     `ignore_orientation`; CorruptImageError (see the module docstring), FileNotFoundError if absent."""
     with open(path, "rb") as f:
         data = f.read()
+    return decode_image(data, path, ignore_orientation)
+
+
+def decode_image(data: bytes, path: str, ignore_orientation: bool = False) -> np.ndarray:
+    """`read_image` of a file's bytes already in memory (a download); `path` names it in errors."""
     if not data:
         raise CorruptImageError(f"{path}: the file is empty (0 bytes)", "empty")
     _refuse_huge(path, data)

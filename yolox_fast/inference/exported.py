@@ -8,6 +8,7 @@ an extra file in the archive, OpenVINO: an rt_info entry of the .xml, all the sa
 model returns in eval mode: (B, A, 5 + C) [cx, cy, w, h (px), obj, cls...], boxes decoded in torch with
 the head's own decode when the file left them raw. The evaluators and the Predictor call it as they call
 the torch model, so an exported file is scored and drawn with the same data, letterbox, NMS and scorer.
+A file that ends in NMS (`metadata.nms`, see `graph_nms`) is run with `ExportedModel.detect` instead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from loguru import logger
 
+from yolox_fast.inference.graph_nms import GraphNMS
 from yolox_fast.models.head import YOLOXHead, level_grid
 
 # file suffix -> format; the suffix decides which runtime opens a -c file
@@ -69,7 +71,8 @@ class ExportMetadata:
     pixels; False: raw offsets, decoded by the caller over `strides`. precision: one of PRECISIONS, "fp16"
     for a TorchScript traced in fp16 on CUDA or an OpenVINO IR with fp16 weights, "int8" for a model
     quantized on `calibration_images` training images (0 otherwise); device: where a TorchScript file was
-    traced ("cpu" or "cuda").
+    traced ("cpu" or "cuda"). nms: the graph ends in score filter + NMS with these settings, its outputs
+    `graph_nms.OUTPUT_NAMES`; None: it ends in the (B, A, 5 + C) head output.
     test_conf / nmsthre: the exp's scoring thresholds; exp_name, dataset and data_dir: where the exp's
     outputs went and what it was evaluated on, so that eval and demo need no -f.
     """
@@ -90,10 +93,15 @@ class ExportMetadata:
     data_dir: str | None
     calibration_images: int = 0
     max_batch: int | None = None
+    nms: GraphNMS | None = None
     version: int = METADATA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        fields = asdict(self)
+        if fields["nms"] is None:
+            # a file without NMS in its graph stays readable by the versions from before the field
+            del fields["nms"]
+        return json.dumps(fields)
 
     @classmethod
     def from_json(cls, text: str, path: str) -> ExportMetadata:
@@ -106,6 +114,7 @@ class ExportMetadata:
                     "class_names": tuple(raw["class_names"]),
                     "test_size": tuple(raw["test_size"]),
                     "strides": tuple(raw["strides"]),
+                    "nms": GraphNMS(**raw["nms"]) if raw.get("nms") else None,
                 }
             )
         except (ValueError, TypeError, KeyError) as err:
@@ -144,18 +153,22 @@ class ExportedModel:
         self.metadata = metadata
         self.device = device
         self.runs_in = runs_in or metadata.precision  # what the runtime computes in (OpenVINO may use bf16)
-        self._run = run  # (b, 3, H, W) tensor on `device`, b = the graph's batch -> (b, A, 5 + C) tensor
+        # (b, 3, H, W) tensor on `device`, b = the graph's batch -> the graph's outputs, a list of tensors:
+        # [(b, A, 5 + C)], or [(b, D, 6) detections, (b,) counts] for a graph that ends in NMS
+        self._run = run
         h, w = metadata.test_size
         # level sizes as the backbone makes them (each stride-2 stage rounds up), for the runtime's decode
         sizes = [(math.ceil(h / s), math.ceil(w / s)) for s in metadata.strides]
         parts = [level_grid(lh, lw, s, device, torch.float32) for (lh, lw), s in zip(sizes, metadata.strides)]
         self._grids = torch.cat([g for g, _ in parts])  # (A, 2) cell (x, y)
         self._strides = torch.cat([s for _, s in parts])  # (A,)
+        self._nms_checked = False
 
     def eval(self) -> ExportedModel:
         return self
 
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+    def _outputs(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """The graph's outputs for any batch: static graphs fed chunks of their batch, the last padded."""
         expected = (3, *self.metadata.test_size)
         if tuple(images.shape[1:]) != expected:
             raise ValueError(
@@ -163,17 +176,46 @@ class ExportedModel:
             )
         step = self.metadata.batch_size or self.metadata.max_batch
         if step is None or (self.metadata.batch_size is None and len(images) <= step):
-            out = self._run(images)
-        else:
-            chunks = []
-            for start in range(0, len(images), step):
-                chunk = images[start : start + step]
-                pad = step - len(chunk) if self.metadata.batch_size else 0
-                if pad:
-                    chunk = torch.cat([chunk, chunk.new_zeros(pad, *chunk.shape[1:])])
-                chunks.append(self._run(chunk)[: step - pad])
-            out = torch.cat(chunks)
-        out = out.float()
+            return self._run(images)
+        chunks = []
+        for start in range(0, len(images), step):
+            chunk = images[start : start + step]
+            pad = step - len(chunk) if self.metadata.batch_size else 0
+            if pad:
+                chunk = torch.cat([chunk, chunk.new_zeros(pad, *chunk.shape[1:])])
+            chunks.append([out[: step - pad] for out in self._run(chunk)])
+        return [torch.cat(parts) for parts in zip(*chunks)]
+
+    def detect(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """A graph that ends in NMS: per image of `images` (B, 3, H, W), its (K, 6) float32
+        [x1, y1, x2, y2, score, class] in input pixels, best score first."""
+        if self.metadata.nms is None:
+            raise ValueError(f"{self.path} ends before NMS: call the model and run NMS on its output")
+        detections, counts = self._outputs(images)  # (B, D, 6), (B,)
+        return [dets[: int(n)].float() for dets, n in zip(detections, counts)]
+
+    def check_nms_settings(self, conf: float, iou: float, class_agnostic: bool) -> None:
+        """A caller's score threshold and NMS against the graph's: a higher threshold is applied after the
+        graph (the same detections as applying it before NMS); what the graph cannot give is said once."""
+        nms = self.metadata.nms
+        if nms is None or self._nms_checked:
+            return
+        self._nms_checked = True
+        ignored = []
+        if conf < nms.conf:
+            ignored.append(f"score threshold {conf:g} (the graph keeps > {nms.conf:g})")
+        if iou != nms.iou or class_agnostic != nms.class_agnostic:
+            ignored.append(f"NMS IoU {iou:g} {'across' if class_agnostic else 'within each'} class(es)")
+        if ignored:
+            logger.warning(
+                f"{self.path} ends in its own NMS ({_describe_nms(nms)}): {' and '.join(ignored)} cannot "
+                "apply; export again with --nms-conf / --nms-iou / --nms-agnostic to change them"
+            )
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if self.metadata.nms is not None:
+            raise ValueError(f"{self.path} ends in NMS: its detections come from `detect`")
+        out = self._outputs(images)[0].float()
         if out.shape[1] != len(self._grids):
             raise ValueError(
                 f"{self.path} gives {out.shape[1]} anchors; input {self.metadata.test_size} and strides "
@@ -202,9 +244,9 @@ def _onnx_runner(path: str) -> tuple[ExportMetadata, Any]:
     meta = ExportMetadata.from_json(text, path)
     input_name = session.get_inputs()[0].name
 
-    def run(images: torch.Tensor) -> torch.Tensor:
-        (out,) = session.run(None, {input_name: np.ascontiguousarray(images.cpu().numpy(), dtype=np.float32)})
-        return torch.from_numpy(out)
+    def run(images: torch.Tensor) -> list[torch.Tensor]:
+        outs = session.run(None, {input_name: np.ascontiguousarray(images.cpu().numpy(), dtype=np.float32)})
+        return [torch.from_numpy(out) for out in outs]
 
     return meta, run
 
@@ -230,9 +272,9 @@ def _torchscript_runner(path: str, device: torch.device) -> tuple[ExportMetadata
     module.eval()
     dtype = torch.float16 if meta.precision == "fp16" else torch.float32
 
-    def run(images: torch.Tensor) -> torch.Tensor:
+    def run(images: torch.Tensor) -> list[torch.Tensor]:
         with torch.no_grad():
-            return module(images.to(device, dtype))
+            return [module(images.to(device, dtype))]
 
     return meta, run
 
@@ -258,16 +300,15 @@ def _openvino_runner(path: str) -> tuple[ExportMetadata, Any, str]:
         config["INFERENCE_PRECISION_HINT"] = "f32"
     compiled = core.compile_model(model, "CPU", config)
     request = compiled.create_infer_request()
-    output = compiled.output(0)
     runs_in = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}.get(
         compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name(), "?"
     )
     if meta.precision == "int8":
         runs_in = f"int8 ({runs_in} where not quantized)"
 
-    def run(images: torch.Tensor) -> torch.Tensor:
+    def run(images: torch.Tensor) -> list[torch.Tensor]:
         result = request.infer({0: np.ascontiguousarray(images.cpu().numpy(), dtype=np.float32)})
-        return torch.from_numpy(np.array(result[output]))
+        return [torch.from_numpy(np.array(result[output])) for output in compiled.outputs]
 
     return meta, run, runs_in
 
@@ -292,7 +333,7 @@ def _tensorrt_runner(path: str, device: torch.device) -> tuple[ExportMetadata, A
         )
     context = engine.create_execution_context()
 
-    def run(images: torch.Tensor) -> torch.Tensor:
+    def run(images: torch.Tensor) -> list[torch.Tensor]:
         images = images.to(device, torch.float32).contiguous()
         context.set_input_shape("images", tuple(images.shape))
         out = torch.empty(tuple(context.get_tensor_shape("output")), device=device, dtype=torch.float32)
@@ -301,7 +342,7 @@ def _tensorrt_runner(path: str, device: torch.device) -> tuple[ExportMetadata, A
         # on torch's stream: what follows (decode, NMS) is ordered after the engine without a host sync
         if not context.execute_async_v3(torch.cuda.current_stream(device).cuda_stream):
             raise RuntimeError(f"TensorRT could not run {path} on a batch of shape {tuple(images.shape)}")
-        return out
+        return [out]
 
     return meta, run
 
@@ -341,8 +382,14 @@ def load_exported_model(path: str, device: torch.device | str = "cpu") -> Export
         f"loaded {fmt} model {path}: input {meta.test_size}, batch {meta.batch_size or 'any'}, "
         f"{meta.precision} (runs in {model.runs_in}), {meta.num_classes} classes, boxes decoded "
         f"{'in the graph' if meta.decode_in_graph else 'in torch'}"
+        + (f", NMS in the graph ({_describe_nms(meta.nms)})" if meta.nms else "")
     )
     return model
+
+
+def _describe_nms(nms: GraphNMS) -> str:
+    across = "across classes" if nms.class_agnostic else "within each class"
+    return f"score > {nms.conf:g}, IoU {nms.iou:g} {across}, at most {nms.max_det} per image"
 
 
 def _is_checkpoint(path: str) -> bool:

@@ -88,6 +88,8 @@ def detect_batch(
     class, as COCO evaluation wants, or across classes when `class_agnostic`), boxes back to each image's
     original pixels (`orig_hw`: (h, w) per image); timed separately, synchronised on CUDA."""
     device = batch.device
+    if isinstance(model, ExportedModel) and model.metadata.nms is not None:
+        return _detect_with_graph_nms(model, batch, orig_hw, img_size, conf, nms, class_agnostic)
     _sync(device)
     t0 = time.perf_counter()
     with autocast(device, amp_dtype):
@@ -99,6 +101,28 @@ def detect_batch(
     _sync(device)
     t2 = time.perf_counter()
     return TimedDetections(to_original_coords(kept, orig_hw, img_size), t1 - t0, t2 - t1)
+
+
+def _detect_with_graph_nms(
+    model: ExportedModel,
+    batch: torch.Tensor,
+    orig_hw: Sequence[tuple[float, float]],
+    img_size: Sequence[int],
+    conf: float,
+    nms: float,
+    class_agnostic: bool,
+) -> TimedDetections:
+    """detect_batch for a file whose graph ends in NMS: its detections, those under `conf` dropped (as
+    dropping them before NMS would: a box under the threshold suppresses only boxes under it); the whole
+    call counts as forward time."""
+    model.check_nms_settings(conf, nms, class_agnostic)
+    t0 = time.perf_counter()
+    kept = []
+    for dets in model.detect(batch):  # (K, 6) [x1, y1, x2, y2, score, class] in input px
+        dets = dets[dets[:, 4] >= conf]
+        # postprocess's (K, 7) layout, the score as obj with a class confidence of 1
+        kept.append(torch.cat([dets[:, :5], torch.ones_like(dets[:, :1]), dets[:, 5:]], dim=1))
+    return TimedDetections(to_original_coords(kept, orig_hw, img_size), time.perf_counter() - t0, 0.0)
 
 
 def model_device(model: nn.Module | ExportedModel) -> torch.device:

@@ -2,6 +2,7 @@
 
 python tools/demo.py image -n yolox-s -c yolox_s.pth --path assets/ --save_result -b 8
 python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --save_result
+python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --track --save_result  # ids
 python tools/demo.py webcam -n yolox-nano -c yolox_nano.pth --camid 0
 python tools/demo.py image -c shapes_nano.onnx --path photos/ -b 8 --save_result   # an exported file
 """
@@ -31,10 +32,12 @@ from yolox_fast.core.demo import (
     run_on_stream,
     timestamped_dir,
 )
+from yolox_fast.core.prediction_outputs import add_output_arguments, output_options
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
 from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
+from yolox_fast.tracking import ByteTracker
 from yolox_fast.utils.allocator import keep_freed_memory
 from yolox_fast.utils.amp import amp_dtype
 from yolox_fast.utils.compile import run_batch_sizes
@@ -53,7 +56,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--path",
         type=str,
         default=None,
-        help="image file or folder (searched recursively), or video file; default: the exp's val images",
+        help="image: file, folder (searched recursively), glob ('photos/*.jpg', 'data/**/*.png') or "
+        "image URL; video: file or stream URL (rtsp://, http(s)://; reconnected when it drops); default: "
+        "the exp's val images",
     )
     p.add_argument("--camid", type=int, default=0, help="webcam id")
     p.add_argument("-b", "--batch-size", type=int, default=1, help="images or frames per forward")
@@ -73,6 +78,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--legacy", action="store_true", help="accepted for YOLOX compatibility; no effect")
     p.add_argument("--save_result", action="store_true", help="write annotated images / video")
     p.add_argument("--save-json", action="store_true", help="write detections per image as JSON")
+    add_output_arguments(p)
+    p.add_argument(
+        "--track",
+        action="store_true",
+        help="video/webcam: ByteTrack ids across frames, drawn and written as MOT text (<name>.txt); "
+        "detections from score 0.1 feed it, --conf is not used",
+    )
     return p
 
 
@@ -115,11 +127,14 @@ def main(argv=None) -> None:
             exp, ckpt, device, fuse=args.fuse, random_weights=args.random_weights
         )
         channels_last = exp.channels_last
+    if args.track and args.demo == "image":
+        raise ValueError("--track follows objects across the frames of a video or webcam, not images")
+    tracker = ByteTracker() if args.track else None
     predictor = Predictor(
         model,
         exp.num_classes,
         exp.test_size,
-        args.conf,
+        tracker.settings.low if tracker else args.conf,
         args.nms,
         device,
         amp_dtype=amp_dtype(device, fp16=args.fp16),
@@ -144,6 +159,7 @@ def main(argv=None) -> None:
             out_dir=out_dir,
             save_images=args.save_result,
             save_json=args.save_json,
+            outputs=output_options(args),
         )
     else:
         if args.demo == "video" and args.path is None:
@@ -159,6 +175,8 @@ def main(argv=None) -> None:
             save_video=args.save_result,
             save_json=args.save_json,
             show=args.demo == "webcam",
+            tracker=tracker,
+            outputs=output_options(args),
         )
 
 

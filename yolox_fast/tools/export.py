@@ -3,6 +3,7 @@
 python tools/export.py --format onnx -f exps/example/shapes_nano.py      # best_ckpt.pth -> shapes_nano.onnx
 python tools/export.py --format onnx -n yolox-s -c yolox_s.pth --dynamic --decode-in-inference
 python tools/export.py --format onnx -f exps/example/shapes_nano.py --dynamic --int8   # calibrated INT8
+python tools/export.py --format onnx -f exps/example/shapes_nano.py --nms --nms-conf 0.3  # ends in NMS
 python tools/export.py --format openvino -f exps/example/shapes_nano.py --dynamic   # shapes_nano.xml + .bin
 python tools/export.py --format openvino -f exps/example/shapes_nano.py --dynamic --int8 --calib-images 300
 python tools/export.py --format torchscript -f exps/yolox_nano.py -c best_ckpt.pth
@@ -33,9 +34,12 @@ from yolox_fast.core.export import (
     FORMATS,
     SUFFIXES,
     CalibrationImages,
+    add_nms_arguments,
+    check_nms_flags,
     export_file,
     export_metadata,
     exported_size,
+    graph_nms_from_args,
     output_diff,
 )
 from yolox_fast.data.build import build_calibration_dataset
@@ -65,6 +69,7 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="decode boxes to pixels inside the graph (default: raw head outputs, decoded by the caller)",
     )
+    add_nms_arguments(p)
     p.add_argument(
         "--half",
         action="store_true",
@@ -112,6 +117,7 @@ def check_flags(args) -> None:
         )
     if args.format == "torchscript" and (args.dynamic or args.int8):
         raise ValueError("--dynamic and --int8 are for ONNX and OpenVINO (TorchScript takes any batch)")
+    check_nms_flags(args)
     if args.int8 and args.half:
         raise ValueError("--int8 and --half: choose one precision")
     if args.int8 and args.calib_images < 1:
@@ -135,7 +141,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, exp=None) -> 
     exp = build_exp(args, exp=exp)
     ckpt = default_checkpoint(exp, args.ckpt)
     precision = "int8" if args.int8 else "fp16" if args.half else "fp32"
-    tag = "" if precision == "fp32" else f"_{precision}"
+    tag = ("" if precision == "fp32" else f"_{precision}") + ("_nms" if args.nms else "")
     output = args.output_name or f"{exp.exp_name}{tag}{SUFFIXES[args.format]}"
     device = "cuda" if args.device == "gpu" or args.format == "tensorrt" else "cpu"
 
@@ -146,6 +152,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, exp=None) -> 
         exp.prepare_dataset()
         calibration = CalibrationImages(build_calibration_dataset(exp), args.calib_images, static_batch or 1)
         logger.info(f"INT8 calibration on {calibration.num_images} training images at {exp.test_size}")
+    nms = graph_nms_from_args(args, exp)
     meta = export_metadata(
         exp,
         model,
@@ -156,6 +163,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, exp=None) -> 
         precision,
         device,
         calibration.num_images if calibration else 0,
+        nms,
     )
     if args.format == "tensorrt" and args.dynamic:
         meta = dataclasses.replace(meta, max_batch=args.batch_size)

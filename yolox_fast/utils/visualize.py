@@ -86,3 +86,13 @@ def draw_targets(img: np.ndarray, targets: np.ndarray, class_names: Sequence[str
     return draw_boxes(
         img, boxes, [class_name(class_names, c) for c in classes], [class_color(c) for c in classes]
     )
+
+
+def draw_tracks(img: np.ndarray, tracks: np.ndarray, class_names: Sequence[str]) -> np.ndarray:
+    """A copy of BGR `img` with `tracks` (T, 7) [x1, y1, x2, y2, track id, score, cls], each labelled
+    "id name" in a colour of its id, so that an object keeps its colour from frame to frame."""
+    tracks = np.asarray(tracks, dtype=np.float64).reshape(-1, 7)
+    ids = tracks[:, 4].astype(int).tolist()
+    classes = tracks[:, 6].astype(int).tolist()
+    labels = [f"{i} {class_name(class_names, c)}" for i, c in zip(ids, classes)]
+    return draw_boxes(img, tracks[:, :4], labels, [class_color(i) for i in ids])
