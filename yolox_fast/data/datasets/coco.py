@@ -147,7 +147,7 @@ def coco_index(
     chosen = [images[len(images) - 1 - j] for j in last_reversed.tolist()]
     widths = np.array([int(im["width"]) for im in chosen], dtype=np.int32)
     heights = np.array([int(im["height"]) for im in chosen], dtype=np.int32)
-    files = [os.path.join(image_dir, im.get("file_name") or f"{im['id']:012d}.jpg") for im in chosen]
+    names = [im.get("file_name") or f"{im['id']:012d}.jpg" for im in chosen]
     position = {int(i): p for p, i in enumerate(ids.tolist())}
 
     # annotations: columns over the file, then masks
@@ -175,11 +175,11 @@ def coco_index(
     clip = BoxClipCounter(problems)
 
     def where(k: int) -> str:
-        return f"annotation id {ann_ids[train[k]]} ({files[owner[k]]})"
+        return f"annotation id {ann_ids[train[k]]} ({names[owner[k]]})"
 
     keep = clip.clip(boxes, widths[owner], heights[owner], where)
     boxes, owner, train = boxes[keep], owner[keep], train[keep]
-    file_bytes, file_offsets = encode_strings(files)
+    file_bytes, file_offsets = encode_strings([os.path.join(image_dir, name) for name in names])
     n = len(ids)
     arrays = {
         "img_ids": ids,
