@@ -149,7 +149,8 @@ def coco_index(
     ids_in_file = np.array([im["id"] for im in images], dtype=np.int64)
     ids, last_reversed = np.unique(ids_in_file[::-1], return_index=True)
     chosen = [images[len(images) - 1 - j] for j in last_reversed.tolist()]
-    files = [os.path.join(image_dir, im.get("file_name") or f"{im['id']:012d}.jpg") for im in chosen]
+    names = [im.get("file_name") or f"{im['id']:012d}.jpg" for im in chosen]
+    files = [os.path.join(image_dir, name) for name in names]
     # each image at its file's size where the json gives another or none (read from the headers once per
     # index, in parallel: about 3 s for COCO's train2017)
     sizes = file_sizes(
@@ -164,7 +165,8 @@ def coco_index(
         )
     sized = [k for k, size in enumerate(sizes) if size is not None]
     if len(sized) < len(chosen):
-        ids, chosen, files = ids[sized], [chosen[k] for k in sized], [files[k] for k in sized]
+        ids, chosen = ids[sized], [chosen[k] for k in sized]
+        names, files = [names[k] for k in sized], [files[k] for k in sized]
         sizes = [sizes[k] for k in sized]
     heights = np.array([h for h, _ in sizes], dtype=np.int32)
     widths = np.array([w for _, w in sizes], dtype=np.int32)
@@ -194,7 +196,7 @@ def coco_index(
     clip = BoxClipCounter(problems)
 
     def where(k: int) -> str:
-        return f"annotation id {ann_ids[train[k]]} ({files[owner[k]]})"
+        return f"annotation id {ann_ids[train[k]]} ({names[owner[k]]})"
 
     keep = clip.clip(boxes, widths[owner], heights[owner], where)
     boxes, owner, train = boxes[keep], owner[keep], train[keep]
