@@ -24,7 +24,7 @@ class Run:
         self.scaler = torch.amp.GradScaler("cpu", init_scale=64.0, growth_interval=4, enabled=fp16)
         self.ema = ModelEMA(self.model, ramp=10.0)
         guard = NonFiniteGuard(self.model, list(self.model.parameters()), self.scaler, False, str(run_dir))
-        self.checkpointer = Checkpointer(str(run_dir), best_metric)
+        self.checkpointer = Checkpointer(str(run_dir), best_metric, StartOptions())
         self.checkpointer.saved = Saved(
             self.model, self.optimizer, self.scaler, self.ema, guard, lambda: {"class_names": ["a", "b"]}
         )
@@ -37,9 +37,8 @@ class Run:
         self.ema.update(self.model)
 
     def start(self, max_epoch=10, **options):
-        return self.checkpointer.start(
-            StartOptions(**options), self.model, self.optimizer, self.scaler, max_epoch, torch.float16
-        )
+        self.checkpointer.options = StartOptions(**options)
+        return self.checkpointer.start(self.model, self.optimizer, self.scaler, max_epoch, torch.float16)
 
 
 def test_a_saved_position_resumes_every_part_exactly(tmp_path):
@@ -174,7 +173,7 @@ def test_best_score_tracks_the_metric_and_spends_the_patience(log_lines):
     other.resume(best.state())  # measured by another metric: the best restarts
     assert other == BestScore("AP50_95")
     with pytest.raises(ValueError, match="exp.best_metric must be one of"):
-        Checkpointer("run", "mAP")
+        Checkpointer("run", "mAP", StartOptions())
 
 
 def test_the_loss_scale_continues_within_the_new_growth_interval(tmp_path, log_lines):

@@ -126,10 +126,14 @@ class Saved:
 
 
 class Checkpointer:
-    """The checkpoints of the run in `run_dir` (written by rank 0) and its best score (`best_metric`)."""
+    """The checkpoints of the run in `run_dir` (written by rank 0), where it starts (`options`) and its best
+    score (`best_metric`)."""
 
-    def __init__(self, run_dir: str, best_metric: str, rank: int = 0, device: Any = "cpu") -> None:
+    def __init__(
+        self, run_dir: str, best_metric: str, options: StartOptions, rank: int = 0, device: Any = "cpu"
+    ) -> None:
         self.run_dir = run_dir
+        self.options = options
         self.rank = rank
         self.device = device  # where a resume loads the checkpoint's tensors
         self.best = BestScore(check_best_metric(best_metric))
@@ -139,7 +143,6 @@ class Checkpointer:
     # ------------------------------------------------------------------ starting
     def start(
         self,
-        options: StartOptions,
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scaler: torch.amp.GradScaler,
@@ -148,6 +151,7 @@ class Checkpointer:
     ) -> StartingPoint:
         """Resume into `model`, `optimizer` and `scaler` (the checkpoint's best score into `self.best`), or
         load the -c weights for a fine-tune, or nothing for a fresh run."""
+        options = self.options
         restarts = restart_count()
         path = resume_checkpoint_path(
             self.run_dir, options.resume, options.ckpt, options.auto_resume, restarts
@@ -225,6 +229,12 @@ class Checkpointer:
         a step. `epoch`: the (0-based) epoch in training."""
         start_epoch, done_in_epoch = self.finished
         return self.save("latest", start_epoch=start_epoch, it=done_in_epoch, epoch=epoch)
+
+
+def resume_ema(ema: ModelEMA, ckpt: dict[str, Any], progress: int) -> None:
+    """The EMA of a run resumed from `ckpt` after `progress` optimizer steps: the checkpoint's "model" weights
+    and its "ema" update count (a checkpoint without one, official YOLOX's, counts one update a step)."""
+    ema.load_state_dict(ckpt.get("ema") or {"updates": progress}, ckpt["model"])
 
 
 def continue_loss_scale(

@@ -22,18 +22,18 @@ from typing import Any
 import numpy as np
 import torch
 from loguru import logger
-from torch import nn
 
 from yolox_fast.core import reporting, trackers
 from yolox_fast.core.accumulation import accumulation_steps, steps_per_epoch
-from yolox_fast.core.checkpointer import Checkpointer, Saved, StartOptions
+from yolox_fast.core.checkpointer import Checkpointer, Saved, StartOptions, resume_ema
 from yolox_fast.core.nonfinite import NonFiniteGuard
 from yolox_fast.core.results import EpochResults
 from yolox_fast.core.stop_signal import StopSignal, TrainingStopped
 from yolox_fast.evaluators.report import record_training_eval
 from yolox_fast.models.folded_bn import has_folded_bn, refit_finetune_weights
+from yolox_fast.models.losses import LOSS_KEYS
 from yolox_fast.utils import dist as dist_utils
-from yolox_fast.utils.amp import amp_dtype, autocast
+from yolox_fast.utils.amp import amp_dtype, autocast, loss_scaler
 from yolox_fast.utils.compile import compile_for_training, compile_stats
 from yolox_fast.utils.ema import ModelEMA, unwrap_model
 from yolox_fast.utils.logger import setup_logger
@@ -56,7 +56,6 @@ class Trainer:
         self.args = args
         self.max_epoch = exp.max_epoch
         self.rank = dist_utils.get_rank()
-        self.local_rank = dist_utils.get_local_rank()
         self.world_size = dist_utils.get_world_size()
         self.is_distributed = self.world_size > 1
         if args.batch_size % self.world_size:
@@ -71,19 +70,14 @@ class Trainer:
         setup_logger(self.run_dir, distributed_rank=self.rank, filename="train_log.txt", mode="a")
 
         self.amp_dtype = amp_dtype(self.device, fp16=args.fp16, bf16=args.bf16, cpu_dtype=exp.cpu_amp_dtype)
-        # loss scaling is only needed for fp16: bf16 has fp32's exponent range
-        self.scaler = torch.amp.GradScaler(
-            self.device.type,
-            init_scale=exp.scaler_init_scale,
-            growth_interval=exp.scaler_growth_interval,
-            enabled=self.amp_dtype is torch.float16,
+        self.scaler = loss_scaler(
+            self.device, self.amp_dtype, exp.scaler_init_scale, exp.scaler_growth_interval
         )
 
         self.input_size = tuple(exp.input_size)
-        # saving, resuming, and the best of exp.best_metric (what best_ckpt.pth keeps)
-        self.checkpointer = Checkpointer(
-            self.run_dir, getattr(exp, "best_metric", "AP50_95"), self.rank, self.device
-        )
+        # saving, where the run starts, and the best of exp.best_metric (what best_ckpt.pth keeps)
+        best_metric, start = getattr(exp, "best_metric", "AP50_95"), StartOptions.from_args(args)
+        self.checkpointer = Checkpointer(self.run_dir, best_metric, start, self.rank, self.device)
         self.stopped_early = False
         self.start_epoch = 0
         self.start_iter = 0  # iterations already done inside start_epoch (mid-epoch resume)
@@ -115,9 +109,8 @@ class Trainer:
             # those of the last finished step (a step cut short gives back its BN statistics), saved so
             if self._in_step:
                 self.guard.restore_bn()
-            raise TrainingStopped(
-                self.stop_signal.signum, self.checkpointer.save_interrupted(self.epoch)
-            ) from None
+            saved = self.checkpointer.save_interrupted(self.epoch)
+            raise TrainingStopped(self.stop_signal.signum, saved) from None
         finally:
             self.stop_signal.restore()
         self.after_train()
@@ -148,8 +141,8 @@ class Trainer:
             outputs["total_loss"], self.stop_signal.signum is not None
         )
         skip = bad_loss or bad_grads
+        losses = {k: float(outputs[k]) for k in LOSS_KEYS if k in outputs}
         if skip:
-            losses = {k: float(outputs[k]) for k in reporting.LOSS_KEYS if k in outputs}
             self.guard.skip_step(losses, bad_loss, self.epoch, self.iter)
         else:
             self.guard.step_ok()
@@ -166,10 +159,12 @@ class Trainer:
                 self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed)
             )
         if not skip:
-            losses = {k: float(outputs[k]) for k in reporting.LOSS_KEYS if k in outputs}
             self.meter.update(iter_time=time.perf_counter() - t0, data_time=data_time, lr=lr, **losses)
             self.results.add_step(losses)
-        reporting.log_progress(self)
+        step = reporting.Step(self.epoch, self.iter, self.input_size)
+        reporting.log_progress(
+            self.run, step, self.meter, self.trackers, self.exp.print_interval, self.train_start
+        )
         return stop
 
     def _accumulate_gradients(self) -> tuple[dict[str, Any], float]:
@@ -183,8 +178,9 @@ class Trainer:
             t0 = time.perf_counter()
             inps, targets = self.exp.preprocess(*self._next_batch(), self.input_size)
             data_time += time.perf_counter() - t0
-            if micro == 0:
-                reporting.log_batch_images(self, inps, targets)
+            if micro == 0 and self.trackers:
+                step = reporting.Step(self.epoch, self.iter, self.input_size)
+                reporting.log_batch_images(self.run, step, self.no_aug, self.trackers, inps, targets)
             # under DDP the gradients are all-reduced once, in the backward of the last batch
             sync = not self.is_distributed or micro == self.accumulate - 1
             with contextlib.nullcontext() if sync else self.model.no_sync():
@@ -193,7 +189,7 @@ class Trainer:
                 counts.append(torch.as_tensor(outputs.get("fg_count", 1.0), device=self.device).detach())
                 weight = counts[-1].clamp(min=1.0) / counts[0].clamp(min=1.0)  # relative: usual magnitudes
                 self.scaler.scale(outputs["total_loss"] * weight).backward()
-            for k in (k for k in reporting.LOSS_KEYS if k in outputs):  # num_fg, a per-GT figure: averaged
+            for k in (k for k in LOSS_KEYS if k in outputs):  # num_fg, a per-GT figure: averaged
                 value = torch.as_tensor(outputs[k]).detach()
                 sums[k] = sums.get(k, 0.0) + (value if k == "num_fg" else value * weight)
         scale = counts[0].clamp(min=1.0) / torch.stack(counts).sum().clamp(min=1.0)  # 1 for one batch
@@ -213,10 +209,7 @@ class Trainer:
         self.memory_format = torch.channels_last if self.exp.channels_last else torch.contiguous_format
         model.to(memory_format=self.memory_format)
         self.optimizer = self.exp.get_optimizer(self.step_batch)
-        options = StartOptions.from_args(self.args)
-        start = self.checkpointer.start(
-            options, model, self.optimizer, self.scaler, self.max_epoch, self.amp_dtype
-        )
+        start = self.checkpointer.start(model, self.optimizer, self.scaler, self.max_epoch, self.amp_dtype)
         self.start_epoch, self.start_iter, ckpt = start.epoch, start.iter, start.ckpt
 
         self.no_aug = self.start_epoch >= self.mosaic_close_epoch
@@ -239,7 +232,21 @@ class Trainer:
             model.freeze(self.exp.freeze)
         reporting.log_trainable(model, self.exp.freeze)
         self.max_iter = steps_per_epoch(len(self.train_loader), self.accumulate, self.batch_size)
-        self.start_progress = self.progress_in_iter_at(self.start_epoch, self.start_iter)
+        self.run = reporting.RunSetup(
+            self.world_size,
+            self.device,
+            self.batch_size,
+            self.accumulate,
+            self.amp_dtype,
+            self.max_epoch,
+            self.max_iter,
+            self.start_epoch,
+            self.start_iter,
+            self.mosaic_close_epoch,
+            self.class_names,
+            self.run_dir,
+        )
+        self.start_progress = self.run.start_progress
         # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
         self.train_loader.skip_to(self.start_progress * self.accumulate)
         self._in_step = False
@@ -248,27 +255,21 @@ class Trainer:
             self.exp.basic_lr_per_img * self.step_batch, self.max_iter
         )
         if ckpt is not None:
-            reporting.log_extension(self, ckpt)
+            lr = self.lr_scheduler.update_lr(self.start_progress)
+            reporting.log_extension(self.run, lr, self.exp.no_aug_epochs, ckpt)
         if self.no_aug:
             model.enable_l1_loss()
 
         if self.exp.ema:
             self.ema_model = ModelEMA(model, 0.9998, ramp=self.exp.ema_ramp)
             if ckpt is not None:
-                self.ema_model.load_state_dict(
-                    ckpt.get("ema") or {"updates": self.start_progress},
-                    ckpt["model"],
-                )
+                resume_ema(self.ema_model, ckpt, self.start_progress)
         if self.exp.compile:
             ema = [self.ema_model.ema] if self.ema_model is not None else []
             sizes = len(self.exp.multiscale_factors())
             compile_for_training([model, *ema], self.exp.compile_mode, self.exp.compile_backend, sizes)
         if self.is_distributed:
-            model = nn.parallel.DistributedDataParallel(
-                model,
-                device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                **dist_utils.DDP_NO_BUFFER_SYNC,
-            )
+            model = dist_utils.wrap_ddp(model, self.device)
         self.model = model
         self.model.train()
         model = unwrap_model(model)
@@ -282,9 +283,10 @@ class Trainer:
         )
         self.results = EpochResults(self.run_dir, self.start_epoch, enabled=self.rank == 0)
         self.stop_signal.install()
-        reporting.log_run_summary(self)
-        if self.rank == 0:  # last: a run that fails to start opens no tracker run
-            self.trackers = reporting.start_trackers(self, ckpt)
+        if self.rank == 0:  # the trackers last: a run that fails to start opens no tracker run
+            cache = reporting.cache_summary(self.args.cache, self.train_loader.images.cache)
+            reporting.log_run_summary(self.run, self.exp, self.scaler, cache)
+            self.trackers = reporting.start_trackers(self.run, self.args, self.exp.fields(), ckpt)
         self.train_start = time.perf_counter()
 
     def before_epoch(self) -> None:
@@ -323,7 +325,7 @@ class Trainer:
         logger.info(f"training done in {minutes:.1f} min; best {best.label} {best.score:.4f}")
         if self.rank == 0:
             model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
-            reporting.write_final_demo(self, model)
+            reporting.write_final_demo(self.run, self.exp, model, self.evaluator.dataloader.dataset)
         self.trackers.finish("FINISHED")
         dist_utils.synchronize()
 
@@ -351,7 +353,7 @@ class Trainer:
             self.checkpointer.save("best", start_epoch=self.epoch + 1, it=0, epoch=self.epoch)
         # rank 0 (the one that scored) writes eval/ and, when improved, best_eval/; never raises
         record_training_eval(self.evaluator, self.exp, self.run_dir, self.trackers, self.epoch + 1, improved)
-        reporting.log_eval_samples(self)
+        reporting.log_eval_samples(self.trackers, self.evaluator, self.class_names, self.epoch + 1)
         dist_utils.synchronize()
         return improved
 
@@ -365,10 +367,7 @@ class Trainer:
     # ------------------------------------------------------------------ positions and checkpoint entries
     @property
     def progress_in_iter(self) -> int:
-        return self.progress_in_iter_at(self.epoch, self.iter)
-
-    def progress_in_iter_at(self, epoch: int, it: int) -> int:
-        return epoch * self.max_iter + it
+        return self.run.progress(self.epoch, self.iter)
 
     def _run_info(self) -> dict[str, Any]:
         """A checkpoint's plain-data entries about the run."""
