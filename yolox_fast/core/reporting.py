@@ -188,7 +188,7 @@ def log_progress(
     run: RunSetup,
     step: Step,
     meter: MeterBuffer,
-    trackers_: trackers.Trackers,
+    run_trackers: trackers.Trackers,
     print_interval: int,
     started: float,
 ) -> None:
@@ -214,21 +214,21 @@ def log_progress(
         "train/lr": meter["lr"].latest,
         **{f"train/{k}": meter[k].avg for k in LOSS_KEYS if k in meter},
     }
-    trackers_.log_metrics(scalars, progress + 1)
+    run_trackers.log_metrics(scalars, progress + 1)
 
 
 def log_batch_images(
     run: RunSetup,
     step: Step,
     no_aug: bool,
-    trackers_: trackers.Trackers,
+    run_trackers: trackers.Trackers,
     inps: torch.Tensor,
     targets: torch.Tensor,
     count: int = 4,
 ) -> None:
     """A few training images with their boxes for the trackers: the first step of the run and of the no-aug
     phase (`no_aug`: whether that phase has begun)."""
-    if not trackers_ or step.iter != 0:
+    if not run_trackers or step.iter != 0:
         return
     if step.epoch != run.start_epoch and step.epoch != run.mosaic_close_epoch:
         return
@@ -237,7 +237,7 @@ def log_batch_images(
         bgr = np.ascontiguousarray(img.clamp(0, 255).byte().permute(1, 2, 0).numpy())
         drawn.append(np.ascontiguousarray(draw_targets(bgr, labels.numpy(), run.class_names)[..., ::-1]))
     phase = "no_aug" if no_aug else "mosaic"
-    trackers_.log_images(f"train_batch/{phase}", drawn, run.progress(step.epoch, step.iter))
+    run_trackers.log_images(f"train_batch/{phase}", drawn, run.progress(step.epoch, step.iter))
 
 
 def start_trackers(
@@ -264,12 +264,12 @@ def start_trackers(
 
 
 def log_eval_samples(
-    trackers_: trackers.Trackers, evaluator, class_names: tuple[str, ...], epoch: int
+    run_trackers: trackers.Trackers, evaluator, class_names: tuple[str, ...], epoch: int
 ) -> None:
     """The first validation images of `evaluator`'s last evaluation, after (1-based) `epoch`, with their
     detections, for the trackers that show them (W&B's wandb-num_eval_images); a picture, so a failure is a
     warning."""
-    count = trackers_.eval_images
+    count = run_trackers.eval_images
     if not count:
         return
     try:
@@ -277,7 +277,7 @@ def log_eval_samples(
     except Exception as err:  # noqa: BLE001 -- an unreadable image must not end training
         logger.warning(f"validation images for the trackers not logged: {type(err).__name__}: {err}")
         return
-    trackers_.log_detections(samples, class_names, epoch)
+    run_trackers.log_detections(samples, class_names, epoch)
 
 
 def log_extension(run: RunSetup, lr_at_start: float, no_aug_epochs: int, ckpt: dict[str, Any]) -> None:
