@@ -25,6 +25,7 @@ from loguru import logger
 from torch import nn
 
 from yolox_fast.core.best_metric import check_best_metric, metric_label, metric_value, resumed_best
+from yolox_fast.core.nonfinite import NonFiniteGuard
 from yolox_fast.utils.checkpoint import (
     load_checkpoint,
     load_model_weights,
@@ -121,7 +122,7 @@ class Saved:
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None
-    guard: Any
+    guard: NonFiniteGuard
     run_info: Callable[[], dict[str, Any]] = field(default=dict)
 
 
