@@ -505,13 +505,13 @@ def test_resume_with_another_best_metric_starts_the_best_afresh(tiny_shapes_coco
     trainer = _trainer_with_scripted_evals(tiny_shapes_coco["config"], tmp_path, monkeypatch, "AP50")
     trainer.epoch = 0
     trainer.evaluate_and_save_model()
-    trainer.save_ckpt("latest", start_epoch=1, it=0)
+    trainer.checkpointer.save("latest", start_epoch=1, it=0, epoch=0)
     same = _trainer_with_scripted_evals(tiny_shapes_coco["config"], tmp_path, monkeypatch, "AP50", "--resume")
-    assert same.best_score == 0.50
+    assert same.checkpointer.best.score == 0.50
     other = _trainer_with_scripted_evals(
         tiny_shapes_coco["config"], tmp_path, monkeypatch, "AP50_95", "--resume"
     )
-    assert other.best_score == float("-inf")
+    assert other.checkpointer.best.score == float("-inf")
     log = (Path(other.run_dir) / "train_log.txt").read_text()
     assert "best value 0.5000 is AP50, but exp.best_metric is AP50_95" in log
 

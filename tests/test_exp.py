@@ -38,6 +38,35 @@ def test_exp_file_overrides_only_what_differs(tmp_path):
     assert exp.depth == Exp().depth
 
 
+def test_an_exp_declares_its_own_fields_as_annotated_class_attributes(tmp_path):
+    """One declaration gives a field its type and default; a class attribute overrides a field as an
+    assignment in __init__ does, and the command line's values are checked against the declaration."""
+    path = tmp_path / "declared_exp.py"
+    path.write_text(
+        textwrap.dedent("""
+        from yolox_fast.exp import Exp as BaseExp
+
+        class Exp(BaseExp):
+            depth = 0.33
+            warmup_boxes: int | None = None  # a field of this exp, typed by its annotation
+            ratios: tuple[float, float] = (0.5, 2.0)
+    """)
+    )
+    exp = get_exp_by_file(str(path))
+    assert (exp.depth, exp.warmup_boxes, exp.ratios) == (0.33, None, (0.5, 2.0))
+    fields = list(exp.fields())
+    assert fields.index("depth") < fields.index("save_eval_report") < fields.index("warmup_boxes")
+    exp.merge(["warmup_boxes", "12", "ratios", "(1, 3)", "depth", "0.67"])
+    assert (exp.warmup_boxes, exp.ratios, exp.depth) == (12, (1.0, 3.0), 0.67)
+    assert type(exp).depth == 0.33  # the override is the instance's, the class keeps its default
+    with pytest.raises(ValueError, match=r"'warmup_boxes' to 'many': expected int \| None"):
+        exp.merge(["warmup_boxes", "many"])
+    with pytest.raises(ValueError, match=r"'ratios' to '\(1, 2, 3\)': expected tuple\[float, float\]"):
+        exp.merge(["ratios", "(1, 2, 3)"])
+    exp.merge(["warmup_boxes", "none"])
+    assert exp.warmup_boxes is None
+
+
 def test_missing_exp_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.py"):
         get_exp(str(tmp_path / "nope.py"))

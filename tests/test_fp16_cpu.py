@@ -271,7 +271,7 @@ def test_a_resume_in_another_precision_says_what_it_does_with_the_scale(
     """fp16 checkpoint resumed in fp32: its scale is left unused; a bf16 (scaler-less) checkpoint resumed in
     fp16: the scale starts at scaler_init_scale. Neither is an error."""
     trainer = started(fp16_trainer(tiny_shapes_coco["config"], tmp_path))
-    state = trainer.checkpoint_state(start_epoch=0, it=2)
+    state = trainer.checkpointer.state(start_epoch=0, it=2)
     state["scaler"] = {**state["scaler"], "scale": 32.0, "_growth_tracker": 5}
     fp16_ckpt, bf16_ckpt = tmp_path / "fp16.pth", tmp_path / "bf16.pth"
     save_checkpoint(state, fp16_ckpt)

@@ -23,6 +23,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import load_tool
 from test_trainer import running, tiny_opts, train_cmd
 
 from yolox_fast.core.cluster_env import SLURM_PORT_BASE, SLURM_PORT_SPAN, LaunchEnvError
@@ -77,6 +78,23 @@ def ddp_step_worker(out_dir: str) -> None:
         },
         Path(out_dir) / f"rank{rank}.pt",
     )
+
+
+def test_train_and_eval_take_the_same_launch_flags():
+    """One definition of YOLOX's process flags serves both tools; only -d's default differs (train: every
+    GPU, eval: one process)."""
+    argv = ["-d", "2", "--dist-backend", "gloo", "--dist-url", "tcp://host:1234"]
+    argv += ["--num_machines", "2", "--machine_rank", "1"]
+    keys = ("devices", "dist_backend", "dist_url", "num_machines", "machine_rank")
+    parsers = [load_tool(name).make_parser() for name in ("train", "eval")]
+    for parser in parsers:
+        args = parser.parse_args(argv)
+        assert [getattr(args, k) for k in keys] == [2, "gloo", "tcp://host:1234", 2, 1]
+    defaults = [parser.parse_args([]) for parser in parsers]
+    assert [[getattr(d, k) for k in keys] for d in defaults] == [
+        [None, None, None, 1, 0],
+        [1, None, None, 1, 0],
+    ]
 
 
 @pytest.mark.slow

@@ -201,7 +201,7 @@ def test_resume_mid_epoch_from_the_checkpoint_is_bit_exact_on_the_real_model(tin
 
     first = tiny_trainer(tiny_shapes_coco["config"], tmp_path / "b", **opts)
     run_one_step(first, 0, 0)
-    first.save_ckpt("latest", start_epoch=0, it=1)
+    first.checkpointer.save("latest", start_epoch=0, it=1, epoch=0)
     resumed = tiny_trainer(tiny_shapes_coco["config"], tmp_path / "b", "--resume", **opts)
     assert (resumed.start_epoch, resumed.start_iter) == (0, 1)
     for it in range(1, 3):

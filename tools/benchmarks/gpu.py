@@ -48,6 +48,7 @@ from benchmarks.vs_yolox import official_step, ours_step
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
+from yolox_fast.utils.metric import sync_device
 
 REPO = Path(__file__).resolve().parents[2]
 NANO_EXP = REPO / "exps" / "yolox_nano.py"
@@ -55,11 +56,6 @@ SECTIONS = ("assigner", "iteration", "grad-checkpoint", "train", "deploy", "oom"
 AP_LINE = re.compile(r"AP50:95 (\d\.\d{4})  AP50 (\d\.\d{4})")
 SPEED_LINE = re.compile(r"([0-9.]+) images/s")
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _peak_reset(device: torch.device) -> None:
@@ -95,14 +91,14 @@ def iteration_rows(args, device: torch.device, amp_dtype) -> list[list]:
         for name, step in steps.items():  # one side at a time: its peak memory is its own
             for _ in range(args.warmup):
                 step(imgs, targets.clone())
-            _sync(device)
+            sync_device(device)
             _peak_reset(device)
             times = []
             for _ in range(args.repeats):
-                _sync(device)
+                sync_device(device)
                 t0 = time.perf_counter()
                 step(imgs, targets.clone())
-                _sync(device)
+                sync_device(device)
                 times.append(time.perf_counter() - t0)
             seconds[name], peaks[name] = statistics.median(times), _peak_mib(device)
             steps[name] = None  # free the side before the next is measured
@@ -292,7 +288,7 @@ def oom_rows(args, device: torch.device) -> list[list]:
     try:
         t0 = time.perf_counter()
         result = simota_assign(**batch, max_bytes=2**40)  # a budget far above what is left
-        _sync(device)
+        sync_device(device)
         seconds = time.perf_counter() - t0
     finally:
         logger.remove(sink)

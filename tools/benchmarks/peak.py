@@ -15,21 +15,17 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from yolox_fast.utils import amp
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from yolox_fast.utils.metric import sync_device
 
 
 def _best_rate(fn, flops: float, device: torch.device, repeats: int) -> float:
     fn()
-    _sync(device)
+    sync_device(device)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         best = min(best, time.perf_counter() - t0)
     return flops / best
 

@@ -36,11 +36,7 @@ from benchmarks.inputs import make_inputs  # the batches the tests check the ass
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from yolox_fast.utils.metric import sync_device
 
 
 def time_call(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
@@ -49,10 +45,10 @@ def time_call(fn: Callable[[], object], device: torch.device, repeats: int) -> f
     fn()
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         times.append(time.perf_counter() - t0)
     return min(times)
 
@@ -231,7 +227,7 @@ def run_budget(device: torch.device, budget: int, num_classes: int) -> None:
     cpu_peak = CpuPeak() if device.type == "cpu" else None
     t0 = time.perf_counter()
     result = simota_assign(**batch, max_bytes=budget)
-    _sync(device)
+    sync_device(device)
     seconds = time.perf_counter() - t0
     peak = peak_bytes(lambda: simota_assign(**batch, max_bytes=budget), device, cpu_peak)
     print(

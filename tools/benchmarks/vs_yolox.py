@@ -84,17 +84,13 @@ from benchmarks.peak import achieved_columns, measured_peak, peak_line, train_st
 from benchmarks.repeats import alternate, value_range
 from benchmarks.train import setting
 from benchmarks.yolox_official import require_official_yolox
+from yolox_fast.utils.metric import sync_device
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s, .*?total_loss: ([0-9.]+)")
 COMPILE_LINE = re.compile(r"torch\.compile so far: \d+ graphs? compiled in ([0-9.]+) s")
 SECTIONS = ("iteration", "data", "end-to-end", "inference", "eval-process")
 BF16_SIDE = "ours, --bf16 (autocast; official has none on a CPU)"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # --------------------------------------------------------------------------- iteration
@@ -202,10 +198,10 @@ def measure_iteration(
 
         def timed(fn: Callable[[], None]) -> Callable[[], float]:
             def run() -> float:
-                _sync(device)
+                sync_device(device)
                 t0 = time.perf_counter()
                 fn()
-                _sync(device)
+                sync_device(device)
                 return time.perf_counter() - t0
 
             return run
@@ -475,10 +471,10 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
 
     def timed(side: tuple, run: Callable[[], tuple]) -> Callable[[], float]:
         def measure() -> float:
-            _sync(device)
+            sync_device(device)
             t0 = time.perf_counter()
             found[side] = run()
-            _sync(device)
+            sync_device(device)
             return n / (time.perf_counter() - t0)
 
         return measure

@@ -68,6 +68,31 @@ def add_exp_arguments(parser: argparse.ArgumentParser, ckpt_help: str | None) ->
     )
 
 
+def add_launch_arguments(parser: argparse.ArgumentParser, devices: int | None) -> None:
+    """Add the process flags of the tools that run on several processes (train, eval), YOLOX's: -d (processes
+    on this machine, default `devices`; None: every GPU, or 1 on a CPU), --dist-backend, --dist-url,
+    --num_machines and --machine_rank (core/launch.py; docs/distributed.md)."""
+    every_gpu = "all GPUs, or 1 on CPU; 1 per process started by torchrun, srun or a RANK/WORLD_SIZE launcher"
+    parser.add_argument(
+        "-d",
+        "--devices",
+        type=int,
+        default=devices,
+        help=f"processes on this machine (default: {every_gpu if devices is None else devices})",
+    )
+    parser.add_argument(
+        "--dist-backend", type=str, default=None, help="nccl or gloo (default: nccl on CUDA, else gloo)"
+    )
+    parser.add_argument(
+        "--dist-url",
+        type=str,
+        default=None,
+        help="tcp://HOST:PORT of machine 0 for --num_machines > 1 (default: a free local port)",
+    )
+    parser.add_argument("--num_machines", type=int, default=1, help="number of machines (YOLOX style)")
+    parser.add_argument("--machine_rank", type=int, default=0, help="rank of this machine (YOLOX style)")
+
+
 def add_random_weights_argument(parser: argparse.ArgumentParser) -> None:
     """Add --random-weights: run the exp's model untrained when no checkpoint is found (without it, a
     missing -c is an error: a forgotten -c would otherwise draw nothing or export a useless model)."""

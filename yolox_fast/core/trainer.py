@@ -7,7 +7,7 @@ One step: `data/datasets/*` (decode, resize) -> `data/mosaic.py` -> `data/augmen
 `models/yolox.py` -> `models/head.py` -> `models/losses.py` -> `models/simota.py` -> backward (over several
 batches with a nominal batch, `core/accumulation.py`) -> `core/nonfinite.py` -> SGD step -> `utils/ema.py`.
 What the run reports: `core/reporting.py` (summary, progress, demo.jpg), `core/trackers.py` (TensorBoard, W&B,
-MLflow), `core/results.py` (results.csv and .png).
+MLflow), `core/results.py` (results.csv and .png). Saving, resuming, the best score: `core/checkpointer.py`.
 """
 
 from __future__ import annotations
@@ -22,27 +22,19 @@ from typing import Any
 import numpy as np
 import torch
 from loguru import logger
-from torch import nn
 
 from yolox_fast.core import reporting, trackers
 from yolox_fast.core.accumulation import accumulation_steps, steps_per_epoch
-from yolox_fast.core.best_metric import check_best_metric, metric_label, metric_value, resumed_best
+from yolox_fast.core.checkpointer import Checkpointer, Saved, StartOptions, resume_ema
 from yolox_fast.core.nonfinite import NonFiniteGuard
 from yolox_fast.core.results import EpochResults
 from yolox_fast.core.stop_signal import StopSignal, TrainingStopped
 from yolox_fast.evaluators.report import record_training_eval
 from yolox_fast.models.folded_bn import has_folded_bn, refit_finetune_weights
+from yolox_fast.models.losses import LOSS_KEYS
 from yolox_fast.utils import dist as dist_utils
-from yolox_fast.utils.amp import amp_dtype, autocast
-from yolox_fast.utils.checkpoint import (
-    load_checkpoint,
-    load_model_weights,
-    load_resume_checkpoint,
-    restart_count,
-    resume_checkpoint_path,
-    save_checkpoint,
-)
-from yolox_fast.utils.compile import compile_module, compile_stats
+from yolox_fast.utils.amp import amp_dtype, autocast, loss_scaler
+from yolox_fast.utils.compile import compile_for_training, compile_stats
 from yolox_fast.utils.ema import ModelEMA, unwrap_model
 from yolox_fast.utils.logger import setup_logger
 from yolox_fast.utils.metric import MeterBuffer
@@ -64,7 +56,6 @@ class Trainer:
         self.args = args
         self.max_epoch = exp.max_epoch
         self.rank = dist_utils.get_rank()
-        self.local_rank = dist_utils.get_local_rank()
         self.world_size = dist_utils.get_world_size()
         self.is_distributed = self.world_size > 1
         if args.batch_size % self.world_size:
@@ -79,26 +70,17 @@ class Trainer:
         setup_logger(self.run_dir, distributed_rank=self.rank, filename="train_log.txt", mode="a")
 
         self.amp_dtype = amp_dtype(self.device, fp16=args.fp16, bf16=args.bf16, cpu_dtype=exp.cpu_amp_dtype)
-        # loss scaling is only needed for fp16: bf16 has fp32's exponent range
-        self.scaler = torch.amp.GradScaler(
-            self.device.type,
-            init_scale=exp.scaler_init_scale,
-            growth_interval=exp.scaler_growth_interval,
-            enabled=self.amp_dtype is torch.float16,
+        self.scaler = loss_scaler(
+            self.device, self.amp_dtype, exp.scaler_init_scale, exp.scaler_growth_interval
         )
 
         self.input_size = tuple(exp.input_size)
-        self.best_metric = check_best_metric(getattr(exp, "best_metric", "AP50_95"))  # what best_ckpt keeps
-        # exp.best_metric's best value so far (checkpoint key "best_ap", as YOLOX); -inf: the first
-        # evaluation always writes best_ckpt.pth
-        self.best_score = float("-inf")
-        self.best_epoch = 0  # the (1-based) epoch whose evaluation gave best_ap
-        self.evals_since_best = 0  # evaluations in a row without a better best_ap (exp.patience)
+        # saving, where the run starts, and the best of exp.best_metric (what best_ckpt.pth keeps)
+        best_metric, start = getattr(exp, "best_metric", "AP50_95"), StartOptions.from_args(args)
+        self.checkpointer = Checkpointer(self.run_dir, best_metric, start, self.rank, self.device)
         self.stopped_early = False
-        self.finetune_from: str | None = None  # the -c weights a fresh (not resumed) run starts from
         self.start_epoch = 0
         self.start_iter = 0  # iterations already done inside start_epoch (mid-epoch resume)
-        self._finished = (0, 0)  # (epoch, iterations done in it) of the last completed step or epoch save
         self.epoch = 0
         self.iter = 0
         self.no_aug = False
@@ -127,7 +109,8 @@ class Trainer:
             # those of the last finished step (a step cut short gives back its BN statistics), saved so
             if self._in_step:
                 self.guard.restore_bn()
-            raise TrainingStopped(self.stop_signal.signum, self._save_interrupted()) from None
+            saved = self.checkpointer.save_interrupted(self.epoch)
+            raise TrainingStopped(self.stop_signal.signum, saved) from None
         finally:
             self.stop_signal.restore()
         self.after_train()
@@ -138,7 +121,8 @@ class Trainer:
             self.iter = it
             stop = self.train_one_iter()
             if stop:
-                raise TrainingStopped(self.stop_signal.signum or signal.SIGTERM, self._save_interrupted())
+                saved = self.checkpointer.save_interrupted(self.epoch)
+                raise TrainingStopped(self.stop_signal.signum or signal.SIGTERM, saved)
 
     def train_one_iter(self) -> bool:
         """One optimizer step (over `accumulate` batches); returns True when every rank agreed to stop after
@@ -157,8 +141,8 @@ class Trainer:
             outputs["total_loss"], self.stop_signal.signum is not None
         )
         skip = bad_loss or bad_grads
+        losses = {k: float(outputs[k]) for k in LOSS_KEYS if k in outputs}
         if skip:
-            losses = {k: float(outputs[k]) for k in reporting.LOSS_KEYS if k in outputs}
             self.guard.skip_step(losses, bad_loss, self.epoch, self.iter)
         else:
             self.guard.step_ok()
@@ -168,17 +152,19 @@ class Trainer:
             if self.ema_model is not None:
                 self.ema_model.update(self.model)
         self.scaler.update()  # fp16: an overflow lowers the loss scale
-        self._finished, self._in_step = (self.epoch, self.iter + 1), False
+        self.checkpointer.finished, self._in_step = (self.epoch, self.iter + 1), False
 
         if (self.progress_in_iter + 1) % MULTISCALE_EVERY == 0:
             self.input_size = tuple(
                 self.exp.random_resize(self.train_loader, self.epoch, self.rank, self.is_distributed)
             )
         if not skip:
-            losses = {k: float(outputs[k]) for k in reporting.LOSS_KEYS if k in outputs}
             self.meter.update(iter_time=time.perf_counter() - t0, data_time=data_time, lr=lr, **losses)
             self.results.add_step(losses)
-        reporting.log_progress(self)
+        step = reporting.Step(self.epoch, self.iter, self.input_size)
+        reporting.log_progress(
+            self.run, step, self.meter, self.trackers, self.exp.print_interval, self.train_start
+        )
         return stop
 
     def _accumulate_gradients(self) -> tuple[dict[str, Any], float]:
@@ -192,8 +178,9 @@ class Trainer:
             t0 = time.perf_counter()
             inps, targets = self.exp.preprocess(*self._next_batch(), self.input_size)
             data_time += time.perf_counter() - t0
-            if micro == 0:
-                reporting.log_batch_images(self, inps, targets)
+            if micro == 0 and self.trackers:
+                step = reporting.Step(self.epoch, self.iter, self.input_size)
+                reporting.log_batch_images(self.run, step, self.no_aug, self.trackers, inps, targets)
             # under DDP the gradients are all-reduced once, in the backward of the last batch
             sync = not self.is_distributed or micro == self.accumulate - 1
             with contextlib.nullcontext() if sync else self.model.no_sync():
@@ -202,7 +189,7 @@ class Trainer:
                 counts.append(torch.as_tensor(outputs.get("fg_count", 1.0), device=self.device).detach())
                 weight = counts[-1].clamp(min=1.0) / counts[0].clamp(min=1.0)  # relative: usual magnitudes
                 self.scaler.scale(outputs["total_loss"] * weight).backward()
-            for k in (k for k in reporting.LOSS_KEYS if k in outputs):  # num_fg, a per-GT figure: averaged
+            for k in (k for k in LOSS_KEYS if k in outputs):  # num_fg, a per-GT figure: averaged
                 value = torch.as_tensor(outputs[k]).detach()
                 sums[k] = sums.get(k, 0.0) + (value if k == "num_fg" else value * weight)
         scale = counts[0].clamp(min=1.0) / torch.stack(counts).sum().clamp(min=1.0)  # 1 for one batch
@@ -212,14 +199,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ phases
     def before_train(self) -> None:
-        self._seed()
+        if self.exp.seed is not None:
+            # rank-dependent: ranks draw different augmentations; DDP broadcasts rank 0's weights anyway
+            for set_seed in (random.seed, np.random.seed, torch.manual_seed):
+                set_seed(int(self.exp.seed) + self.rank)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True
         model = self.exp.get_model().to(self.device)
         self.memory_format = torch.channels_last if self.exp.channels_last else torch.contiguous_format
         model.to(memory_format=self.memory_format)
         self.optimizer = self.exp.get_optimizer(self.step_batch)
-        ckpt = self._load_starting_point(model)
+        start = self.checkpointer.start(model, self.optimizer, self.scaler, self.max_epoch, self.amp_dtype)
+        self.start_epoch, self.start_iter, ckpt = start.epoch, start.iter, start.ckpt
 
         self.no_aug = self.start_epoch >= self.mosaic_close_epoch
         self.exp.prepare_dataset()
@@ -233,69 +224,70 @@ class Trainer:
         # images found damaged so far (cache build, unreadable headers) may stop the run before its first step
         self.max_damaged = None if self.exp.skip_corrupt_images else self.exp.max_corrupt_fraction
         self._check_damaged_images()
-        if self.finetune_from and self.exp.refit_folded_bn and has_folded_bn(model):
+        if start.finetune_from and self.exp.refit_folded_bn and has_folded_bn(model):
             refit_finetune_weights(
-                model, self.train_loader.images, self.device, self.memory_format, self.finetune_from
+                model, self.train_loader.images, self.device, self.memory_format, start.finetune_from
             )
         if self.exp.freeze != "none":
             model.freeze(self.exp.freeze)
         reporting.log_trainable(model, self.exp.freeze)
         self.max_iter = steps_per_epoch(len(self.train_loader), self.accumulate, self.batch_size)
-        self.start_progress = self.progress_in_iter_at(self.start_epoch, self.start_iter)
+        self.run = reporting.RunSetup(
+            self.world_size,
+            self.device,
+            self.batch_size,
+            self.accumulate,
+            self.amp_dtype,
+            self.max_epoch,
+            self.max_iter,
+            self.start_epoch,
+            self.start_iter,
+            self.mosaic_close_epoch,
+            self.class_names,
+            self.run_dir,
+        )
+        self.start_progress = self.run.start_progress
         # a resumed run continues the batch stream where it stopped (the same batches, given exp.seed)
         self.train_loader.skip_to(self.start_progress * self.accumulate)
-        self._finished, self._in_step = (self.start_epoch, self.start_iter), False
+        self._in_step = False
         self.batches = iter(self.train_loader)  # endless: the loader restarts itself
         self.lr_scheduler = self.exp.get_lr_scheduler(
             self.exp.basic_lr_per_img * self.step_batch, self.max_iter
         )
         if ckpt is not None:
-            reporting.log_extension(self, ckpt)
+            lr = self.lr_scheduler.update_lr(self.start_progress)
+            reporting.log_extension(self.run, lr, self.exp.no_aug_epochs, ckpt)
         if self.no_aug:
             model.enable_l1_loss()
 
         if self.exp.ema:
             self.ema_model = ModelEMA(model, 0.9998, ramp=self.exp.ema_ramp)
             if ckpt is not None:
-                self.ema_model.load_state_dict(
-                    ckpt.get("ema") or {"updates": self.start_progress},
-                    ckpt["model"],
-                )
+                resume_ema(self.ema_model, ckpt, self.start_progress)
         if self.exp.compile:
-            self._compile(model)
+            ema = [self.ema_model.ema] if self.ema_model is not None else []
+            sizes = len(self.exp.multiscale_factors())
+            compile_for_training([model, *ema], self.exp.compile_mode, self.exp.compile_backend, sizes)
         if self.is_distributed:
-            model = nn.parallel.DistributedDataParallel(
-                model,
-                device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                **dist_utils.DDP_NO_BUFFER_SYNC,
-            )
+            model = dist_utils.wrap_ddp(model, self.device)
         self.model = model
         self.model.train()
         model = unwrap_model(model)
         params = [p for p in model.parameters() if p.requires_grad]
         self.guard = NonFiniteGuard(model, params, self.scaler, self.is_distributed, self.run_dir)
+        self.checkpointer.saved = Saved(
+            model, self.optimizer, self.scaler, self.ema_model, self.guard, self._run_info
+        )
         self.evaluator = self.exp.get_evaluator(
             batch_size=self.batch_size // self.world_size, is_distributed=self.is_distributed
         )
         self.results = EpochResults(self.run_dir, self.start_epoch, enabled=self.rank == 0)
         self.stop_signal.install()
-        reporting.log_run_summary(self)
-        if self.rank == 0:  # last: a run that fails to start opens no tracker run
-            self.trackers = reporting.start_trackers(self, ckpt)
+        if self.rank == 0:  # the trackers last: a run that fails to start opens no tracker run
+            cache = reporting.cache_summary(self.args.cache, self.train_loader.images.cache)
+            reporting.log_run_summary(self.run, self.exp, self.scaler, cache)
+            self.trackers = reporting.start_trackers(self.run, self.args, self.exp.fields(), ckpt)
         self.train_start = time.perf_counter()
-
-    def _compile(self, model: nn.Module) -> None:
-        # in place, before the DDP wrap (DDP then runs the compiled forward) and after the EMA's copy. The
-        # first size gets a static graph, the second a symbolic-size one that serves the rest, eval mode its
-        # own; the recompile limit is set far above that, so that no size can silently fall back to eager
-        budget = 4 * (len(self.exp.multiscale_factors()) + 1) + 8
-        modules = [model] + ([self.ema_model.ema] if self.ema_model is not None else [])
-        for module in modules:
-            compile_module(module, self.exp.compile_mode, budget, self.exp.compile_backend)
-        logger.info(
-            f"torch.compile ({self.exp.compile_backend}, mode {self.exp.compile_mode}): graphs compile on "
-            f"first use, at most {budget}; their count and compile time are logged at each epoch's end"
-        )
 
     def before_epoch(self) -> None:
         logger.info(f"---> start epoch {self.epoch + 1}/{self.max_epoch}")
@@ -306,14 +298,11 @@ class Trainer:
             self.train_loader.close_mosaic()
             unwrap_model(self.model).enable_l1_loss()
             self.no_aug = True
-            self.save_ckpt("last_mosaic_epoch", start_epoch=self.epoch, it=0)
+            self.checkpointer.save("last_mosaic_epoch", start_epoch=self.epoch, it=0, epoch=self.epoch)
 
     def after_epoch(self) -> None:
         done = self.epoch + 1
-        self.save_ckpt("latest", start_epoch=done, it=0)
-        self._finished = (done, 0)
-        if self.exp.save_history_ckpt:
-            self.save_ckpt(f"epoch_{done}", start_epoch=done, it=0)
+        self.checkpointer.save_epoch(done, history=self.exp.save_history_ckpt)
         self._check_damaged_images(every_rank=True)
         damaged = self.train_loader.images.damaged.summary()
         logger.info(f"epoch {done}/{self.max_epoch} finished" + (f"; {damaged}" if damaged else ""))
@@ -322,29 +311,21 @@ class Trainer:
         improved, ap = False, None
         if done % self.exp.eval_interval == 0 or self.no_aug or done == self.max_epoch:
             improved, ap = self.evaluate_and_save_model(), self.last_eval
-            self.evals_since_best = 0 if improved else self.evals_since_best + 1
-            patience = self.exp.patience
-            if patience and self.evals_since_best >= patience and done < self.max_epoch:
-                self.stopped_early = True
-                logger.info(
-                    f"early stop after epoch {done}: {metric_label(self.best_metric)} has not improved for "
-                    f"{self.evals_since_best} evaluations (patience {patience}); the best, "
-                    f"{self.best_score:.4f} at epoch {self.best_epoch}, is in best_ckpt.pth"
-                )
+            patience = self.exp.patience if done < self.max_epoch else 0
+            self.stopped_early = self.checkpointer.best.count(improved, patience, done)
             # latest also records the new best and the count towards patience: a resumed run goes on from them
-            self.save_ckpt("latest", start_epoch=done, it=0)
+            self.checkpointer.save("latest", start_epoch=done, it=0, epoch=self.epoch)
         lr = self.optimizer.param_groups[0]["lr"]
         self.results.end_epoch(done, lr, ap, time.perf_counter() - self.epoch_start)
         self.trackers.log_artifact(os.path.join(self.run_dir, "latest_ckpt.pth"), done, improved)
 
     def after_train(self) -> None:
         minutes = (time.perf_counter() - self.train_start) / 60
-        logger.info(
-            f"training done in {minutes:.1f} min; best {metric_label(self.best_metric)} {self.best_score:.4f}"
-        )
+        best = self.checkpointer.best
+        logger.info(f"training done in {minutes:.1f} min; best {best.label} {best.score:.4f}")
         if self.rank == 0:
             model = self.ema_model.ema if self.ema_model is not None else unwrap_model(self.model)
-            reporting.write_final_demo(self, model)
+            reporting.write_final_demo(self.run, self.exp, model, self.evaluator.dataloader.dataset)
         self.trackers.finish("FINISHED")
         dist_utils.synchronize()
 
@@ -361,21 +342,18 @@ class Trainer:
         # the evaluator returns the same numbers on every rank; broadcast anyway so that the
         # "best" decision, and with it every rank's control flow, cannot diverge
         ap50_95, ap50 = self.last_eval = dist_utils.broadcast_object((float(ap50_95), float(ap50)))
-        value = metric_value(self.best_metric, ap50_95, ap50)
-        improved = value > self.best_score
-        if improved:
-            self.best_score, self.best_epoch = value, self.epoch + 1
+        best = self.checkpointer.best
+        improved = best.record(ap50_95, ap50, self.epoch + 1)
         logger.info(
             f"eval epoch {self.epoch + 1}: AP50:95 {ap50_95:.4f}  AP50 {ap50:.4f}  "
-            f"(best {metric_label(self.best_metric)} {self.best_score:.4f}, {time.perf_counter() - t0:.1f} s)"
-            f"\n{summary}"
+            f"(best {best.label} {best.score:.4f}, {time.perf_counter() - t0:.1f} s)\n{summary}"
         )
         self.trackers.log_metrics({"val/AP50_95": ap50_95, "val/AP50": ap50}, self.epoch + 1)
         if improved:
-            self.save_ckpt("best", start_epoch=self.epoch + 1, it=0)
+            self.checkpointer.save("best", start_epoch=self.epoch + 1, it=0, epoch=self.epoch)
         # rank 0 (the one that scored) writes eval/ and, when improved, best_eval/; never raises
         record_training_eval(self.evaluator, self.exp, self.run_dir, self.trackers, self.epoch + 1, improved)
-        reporting.log_eval_samples(self)
+        reporting.log_eval_samples(self.trackers, self.evaluator, self.class_names, self.epoch + 1)
         dist_utils.synchronize()
         return improved
 
@@ -386,113 +364,18 @@ class Trainer:
         epochs train without mosaic (the last one too when no_aug_epochs is 0): one recipe trains alike."""
         return max(0, self.max_epoch - self.exp.no_aug_epochs - 1)
 
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ positions and checkpoint entries
     @property
     def progress_in_iter(self) -> int:
-        return self.progress_in_iter_at(self.epoch, self.iter)
+        return self.run.progress(self.epoch, self.iter)
 
-    def progress_in_iter_at(self, epoch: int, it: int) -> int:
-        return epoch * self.max_iter + it
-
-    def checkpoint_state(self, start_epoch: int, it: int) -> dict[str, Any]:
-        """Everything needed to continue exactly at iteration `it` of epoch `start_epoch`."""
-        raw = unwrap_model(self.model)
+    def _run_info(self) -> dict[str, Any]:
+        """A checkpoint's plain-data entries about the run."""
         return {
-            # "model" holds the EMA weights, what official YOLOX tools (eval, demo, export) read
-            "model": (self.ema_model.ema if self.ema_model is not None else raw).state_dict(),
-            "raw_model": raw.state_dict(),
-            "ema": self.ema_model.state_dict() if self.ema_model is not None else None,
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "start_epoch": start_epoch,
-            "iter": it,
-            "best_ap": self.best_score,
-            "best_metric": self.best_metric,
-            "best_epoch": self.best_epoch,
-            "evals_since_best": self.evals_since_best,
             "class_names": list(self.class_names),
             "exp": self.exp.fields(),
             "tracker_runs": self.trackers.run_ids(),  # the W&B / MLflow runs a resume continues
         }
-
-    def save_ckpt(self, name: str, start_epoch: int, it: int) -> str | None:
-        """Write `<file_name>/<name>_ckpt.pth` on rank 0 (atomically); returns its path there.
-
-        Weights with a non-finite value are never written (over a good checkpoint or at all): every rank
-        checks, and all raise together, naming the files that still hold good weights.
-        """
-        states = [unwrap_model(self.model).state_dict()]
-        if self.ema_model is not None:
-            states.append(self.ema_model.ema.state_dict())
-        self.guard.check_weights(states, name, self.epoch)
-        if self.rank != 0:
-            return None
-        path = os.path.join(self.run_dir, f"{name}_ckpt.pth")
-        save_checkpoint(self.checkpoint_state(start_epoch, it), path)
-        logger.info(f"saved {path} (resumes at epoch {start_epoch + 1}, iteration {it})")
-        return path
-
-    def _save_interrupted(self) -> str | None:
-        # the position of the last completed step, whatever was interrupted after it (the next
-        # batch, the multi-scale broadcast, an eval), so a resume neither repeats nor skips a step
-        epoch, done_in_epoch = self._finished
-        return self.save_ckpt("latest", start_epoch=epoch, it=done_in_epoch)
-
-    def _load_starting_point(self, model: nn.Module) -> dict[str, Any] | None:
-        """Resume (returns the checkpoint for the EMA) or fine-tune from -c (returns None)."""
-        path = resume_checkpoint_path(
-            self.run_dir, self.args.resume, self.args.ckpt, self.args.auto_resume, restart_count()
-        )
-        if path is None:
-            if self.args.ckpt:
-                ckpt = load_checkpoint(self.args.ckpt)
-                load_model_weights(model, ckpt)
-                logger.info(f"fine-tuning from {self.args.ckpt}")
-                self.finetune_from = self.args.ckpt
-            return None
-        # the run's own latest_ckpt.pth, when damaged, gives way to the newest good checkpoint of the run
-        latest = os.path.join(self.run_dir, "latest_ckpt.pth")
-        path, ckpt = load_resume_checkpoint(path, map_location=self.device, fall_back=path == latest)
-        model.load_state_dict(ckpt.get("raw_model") or ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self._load_scaler_state(ckpt.get("scaler") or {}, path)
-        self.best_score = resumed_best(ckpt, self.best_metric)
-        if self.best_score != float("-inf"):  # measured by the same metric: the patience count goes on too
-            self.best_epoch = int(ckpt.get("best_epoch", 0))
-            self.evals_since_best = int(ckpt.get("evals_since_best", 0))
-        if self.args.start_epoch is not None and restart_count() == 0:  # -e is 1-based, as in YOLOX
-            self.start_epoch, self.start_iter = self.args.start_epoch - 1, 0
-        else:
-            self.start_epoch, self.start_iter = int(ckpt["start_epoch"]), int(ckpt.get("iter", 0))
-        if self.start_epoch >= self.max_epoch and self.args.resume and restart_count() == 0:
-            raise ValueError(
-                f"{path} has trained {self.start_epoch} epochs and max_epoch is {self.max_epoch}: nothing is "
-                f"left to train; to train longer, extend it: --resume max_epoch N with N > {self.start_epoch}"
-            )
-        logger.info(
-            f"resumed from {path}: epoch {self.start_epoch + 1}, iteration {self.start_iter} within it"
-        )
-        return ckpt
-
-    def _load_scaler_state(self, state: dict[str, Any], path: str) -> None:
-        """Continue the checkpoint's loss scale (`state`: its "scaler", {} when it was not fp16) when this
-        run scales the loss; a change of precision across the resume is said, never an error."""
-        if not self.scaler.is_enabled():
-            if state:
-                precision = str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "fp32"
-                logger.info(f"{path} was trained in fp16: its loss scale is not used by this {precision} run")
-            return
-        if not state:
-            logger.info(
-                f"{path} was not trained in fp16: loss scaling starts at scale {self.exp.scaler_init_scale:g}"
-            )
-            return
-        # the checkpoint says where the scale stands, the exp how it moves (a resume may change that); a
-        # growth count at or past a shorter interval would never reach it again, hence the cap
-        interval = self.exp.scaler_growth_interval
-        tracker = min(int(state["_growth_tracker"]), interval - 1)
-        self.scaler.load_state_dict({**state, "growth_interval": interval, "_growth_tracker": tracker})
-        logger.info(f"loss scale {self.scaler.get_scale():g} continued from {path}")
 
     # ------------------------------------------------------------------ step helpers
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -525,16 +408,6 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
-
-    # ------------------------------------------------------------------ start-up and shutdown
-    def _seed(self) -> None:
-        if self.exp.seed is None:
-            return
-        # rank-dependent so that ranks draw different augmentations; DDP broadcasts rank 0's weights anyway
-        seed = int(self.exp.seed) + self.rank
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
 
 
 def run_training(args, exp=None) -> None:

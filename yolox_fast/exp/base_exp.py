@@ -8,25 +8,22 @@ from typing import Any
 
 from tabulate import tabulate
 
-from yolox_fast.exp.fields import FieldTypeError, check, coerce, describe, type_of_value
+from yolox_fast.exp.fields import FieldTypeError, check, coerce, declared_types, describe, type_of_value
 
 # fields holding paths or names stay strings even when they look like numbers ("data_dir 2017")
 PATH_SUFFIXES = ("_dir", "_ann", "_file", "_name", "_json", "dataset")
+_UNSET = object()  # a declared field without a value (yet)
 
 
 class BaseExp(metaclass=ABCMeta):
-    """Experiment: every knob of a run lives here as a plain attribute; subclasses override what differs.
+    """Experiment: every knob of a run is a field, declared once as an annotated class attribute (the
+    annotation is its type, see exp/fields.py); subclasses override what differs, as class attributes or
+    in `__init__`. A field an exp sets in `__init__` without a declaration has its value's type."""
 
-    `FIELD_TYPES` declares the type of fields whose default does not tell it (see exp/fields.py).
-    """
-
-    FIELD_TYPES: dict[str, Any] = {"seed": int | None}
-
-    def __init__(self) -> None:
-        self.seed = None
-        self.output_dir = "./YOLOX_outputs"
-        self.print_interval = 100
-        self.eval_interval = 10
+    seed: int | None = None
+    output_dir: str = "./YOLOX_outputs"
+    print_interval: int = 100
+    eval_interval: int = 10
 
     @abstractmethod
     def get_model(self): ...
@@ -49,25 +46,24 @@ class BaseExp(metaclass=ABCMeta):
     def eval(self, model, evaluator, is_distributed: bool, half: bool = False): ...
 
     def fields(self) -> dict[str, Any]:
-        """Public, plain-data attributes: what `merge` may set and what a checkpoint records."""
+        """Public, plain-data attributes: the declared fields (bases' first, in declaration order), then what
+        the exp set without declaring it. What `merge` may set and what a checkpoint records."""
         plain = (int, float, str, bool, tuple, list, dict, type(None))
-        return {
-            k: v
-            for k, v in vars(self).items()
-            if not k.startswith("_") and k != "model" and isinstance(v, plain)
-        }
+        found = {}
+        for key in dict.fromkeys([*declared_types(type(self)), *vars(self)]):
+            value = getattr(self, key, _UNSET)
+            if not key.startswith("_") and key != "model" and isinstance(value, plain):
+                found[key] = value
+        return found
 
     def __repr__(self) -> str:
         rows = [(k, repr(v)) for k, v in sorted(self.fields().items())]
         return tabulate(rows, headers=("key", "value"), tablefmt="fancy_grid")
 
     def field_type(self, key: str) -> Any:
-        """The declared type of field `key` (FIELD_TYPES of this class or a base), else its value's."""
-        for cls in type(self).__mro__:
-            declared = cls.__dict__.get("FIELD_TYPES", {})
-            if key in declared:
-                return declared[key]
-        return type_of_value(getattr(self, key))
+        """The declared type of field `key` (its annotation in this class or a base), else its value's."""
+        declared = declared_types(type(self))
+        return declared[key] if key in declared else type_of_value(getattr(self, key))
 
     def merge(self, opts: Sequence[str]) -> None:
         """Apply trailing `KEY VALUE ...` overrides from the command line.

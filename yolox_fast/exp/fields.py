@@ -2,13 +2,14 @@
 
 A type is written with the usual typing forms: `int`, `float`, `bool`, `str`, `X | None`,
 `tuple[int, int]` (fixed length), `tuple[str, ...]` (any length), `list[X]`, `dict`, `Literal[...]`.
-Exps declare the types of fields whose default cannot tell (None defaults, tuples of a fixed shape)
-in `FIELD_TYPES`; any other field's type is that of its current value.
+An exp declares a field as an annotated class attribute (`input_size: tuple[int, int] = (640, 640)`):
+`declared_types` reads the annotations; a field set without one has the type of its current value.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import types
 import typing
 from typing import Any, Literal, Union
@@ -20,6 +21,19 @@ NONE_WORDS = ("none", "null")
 
 class FieldTypeError(ValueError):
     """A value that does not fit a field's declared type."""
+
+
+@functools.cache
+def declared_types(cls: type) -> dict[str, Any]:
+    """{field: type} of the annotated class attributes of `cls` and its bases, bases' first (a subclass's
+    annotation of a name replaces its base's); ClassVar annotations are not fields."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError) as err:
+        raise ValueError(
+            f"exp class {cls.__qualname__}: a field's type annotation cannot be read ({err})"
+        ) from err
+    return {k: v for k, v in hints.items() if typing.get_origin(v) is not typing.ClassVar}
 
 
 def type_of_value(value: Any) -> Any:

@@ -39,184 +39,150 @@ RANGE = tuple[float, float]  # (low, high)
 
 
 class Exp(BaseExp):
-    """The YOLOX recipe. Every field is declared in FIELD_TYPES, so `merge` (the command line's KEY VALUE
-    overrides) and `validate` (the trainer's start) check types and shapes, not only names."""
+    """The YOLOX recipe. Every field is an annotated class attribute (its type, its default, why), so `merge`
+    (the command line's KEY VALUE overrides) and `validate` (the trainer's start) check types and shapes,
+    not only names. An exp file overrides what differs, in `__init__` as YOLOX's do, or as class
+    attributes."""
 
-    FIELD_TYPES = {
-        # model
-        "num_classes": int | None, "depth": float, "width": float, "act": Literal["silu", "relu", "lrelu"],
-        "depthwise": bool, "grad_checkpoint": bool, "channels_last": bool, "compile": bool,
-        "compile_mode": Literal[COMPILE_MODES], "compile_backend": str,
-        # data
-        "dataset": str, "data_dir": str | None, "train_ann": str | None, "val_ann": str | None,
-        "test_ann": str, "class_names": tuple[str, ...] | None, "data_num_workers": int,
-        "data_worker_nice": int | None,
-        "input_size": SIZE, "multiscale_range": int, "random_size": tuple[int, int] | None,
-        "max_labels": int, "skip_corrupt_images": bool, "max_corrupt_fraction": float,
-        "cache_dir": str | None, "cache_strict": bool,
-        # augmentation
-        "mosaic_prob": float, "mixup_prob": float, "hsv_prob": float, "flip_prob": float,
-        "degrees": float, "translate": float, "mosaic_scale": RANGE, "enable_mixup": bool,
-        "mixup_scale": RANGE, "shear": float, "affine_pivot": Literal["centre", "origin"],
-        "box_min_size": float, "box_min_area_ratio": float,
-        "box_max_aspect": float,
-        # training
-        "batch_size": int, "nominal_batch_size": int | None, "warmup_epochs": float, "max_epoch": int,
-        "warmup_lr": float,
-        "min_lr_ratio": float, "basic_lr_per_img": float,
-        "scheduler": Literal["yoloxwarmcos", "warmcos", "cos", "multistep"], "no_aug_epochs": int,
-        "ema": bool, "ema_ramp": float, "weight_decay": float, "momentum": float,
-        "clip_grad_norm": float | None, "cpu_amp_dtype": Literal["bf16", "fp16"],
-        "scaler_init_scale": float, "scaler_growth_interval": int,
-        "freeze": Literal["none", "backbone", "backbone+neck"], "patience": int | None,
-        "refit_folded_bn": bool,
-        "print_interval": int, "eval_interval": int, "save_history_ckpt": bool, "exp_name": str,
-        "output_dir": str, "seed": int | None,
-        # assignment
-        "simota_box_prior": bool, "simota_center_radius": float, "simota_topk": int,
-        "simota_max_bytes": int | None,
-        # testing and evaluation reports
-        "test_size": SIZE, "test_conf": float, "nmsthre": float,
-        "best_metric": Literal["AP50_95", "AP50"], "report_conf": float, "cm_conf": float, "cm_iou": float,
-        "coco_scorer": Literal["auto", "faster-coco-eval", "pycocotools"], "save_eval_report": bool,
-    }  # fmt: skip
+    # ---------------- model ---------------- #
+    num_classes: int | None = 80  # None: as many as the dataset has (tools resolve it at start)
+    depth: float = 1.00  # factor of the number of blocks in each CSP stage
+    width: float = 1.00  # factor of the number of channels
+    act: Literal["silu", "relu", "lrelu"] = "silu"
+    depthwise: bool = False  # depthwise-separable convs in backbone, neck and head (nano)
+    grad_checkpoint: bool = False  # recompute backbone/neck activations in backward to fit bigger batches
+    # train in NHWC memory format: oneDNN (CPU) and tensor cores (CUDA) run its convolutions faster
+    # (yolox-nano 320 px on a 2-core CPU: 1.37x per step); the weights and results are the same
+    channels_last: bool = True
+    # torch.compile the model for training and evaluation (tools' --compile): off, because its minutes
+    # of compiling only pay back in long runs (docs/training.md, "torch.compile"); compile_mode and
+    # compile_backend are torch.compile's ("aot_eager" traces without generating kernels: a quick check)
+    compile: bool = False
+    compile_mode: Literal[COMPILE_MODES] = "default"
+    compile_backend: str = "inductor"
+
+    # ---------------- data ---------------- #
+    # The dataset: a built-in description ("coco", "voc", "shapes"), a description .json or an
+    # Ultralytics data.yaml. YOLOX's data_dir means "my data, laid out as this description says"
+    # (class names then come from its annotation files); train_ann / val_ann, when set, replace
+    # the description's annotation files. None: the description's own.
+    dataset: str = "coco"
+    data_dir: str | None = None
+    train_ann: str | None = None
+    val_ann: str | None = None
+    test_ann: str = "instances_test2017.json"
+    class_names: tuple[str, ...] | None = None  # None: taken from the dataset
+    data_num_workers: int = 4
+    # niceness (os.nice, 0-19) the training loader's workers add to their own; None: 19 when the model
+    # runs on the CPU, where the workers share its cores (at the lowest priority they mostly take what the
+    # training threads leave: nano trains about 1.1x faster on 2 cores), 0 on a GPU, which they must feed
+    data_worker_nice: int | None = None
+    input_size: SIZE = (640, 640)  # (height, width)
+    # multi-scale training draws sizes in [input_size - 32 * range, input_size + 32 * range];
+    # 0 turns it off. random_size = (min, max) in units of 32 takes precedence when set.
+    multiscale_range: int = 5
+    random_size: tuple[int, int] | None = None
+    max_labels: int = 120  # labels per image after augmentation; extra ones are dropped (logged once)
+    # True: a missing image file (or bad YOLO label line) is skipped and counted, not an error; and no
+    # share of damaged images stops the run
+    skip_corrupt_images: bool = False
+    # an image that cannot be decoded whole is skipped with one warning and counted; the run stops when
+    # more than this share of the training split is damaged (0: at the first one)
+    max_corrupt_fraction: float = 0.01
+    cache_dir: str | None = None  # --cache disk writes here (default datasets/.cache/)
+    cache_strict: bool = False  # True: a cache that does not fit is an error instead of running uncached
+
+    # ---------------- augmentation ---------------- #
+    mosaic_prob: float = 1.0
+    mixup_prob: float = 1.0
+    hsv_prob: float = 1.0
+    flip_prob: float = 0.5
+    degrees: float = 10.0
+    translate: float = 0.1
+    mosaic_scale: RANGE = (0.1, 2)
+    enable_mixup: bool = True
+    mixup_scale: RANGE = (0.5, 1.5)
+    shear: float = 2.0
+    # where the mosaic's rotation/scale/shear act: "centre" maps the mosaic canvas's centre to the
+    # output's centre; "origin" maps its top-left corner to the output's (official YOLOX 0.3.0)
+    affine_pivot: Literal["centre", "origin"] = "centre"
+    # box_candidates after every geometric transform: keep boxes wider and taller than box_min_size px,
+    # keeping at least box_min_area_ratio of their area, aspect ratio below box_max_aspect. The defaults
+    # keep what official YOLOX 0.3.0 keeps (min side > 1 px, however much was cut off): on real photos
+    # fine-tuned from COCO weights they train better than YOLOv5's (2 px, 0.1, 20), most of all in the
+    # early epochs (docs/results.md, "Fine-tuning on real photos")
+    box_min_size: float = 1.0
+    box_min_area_ratio: float = 0.0
+    box_max_aspect: float = float("inf")
+
+    # ---------------- training ---------------- #
+    batch_size: int = 64  # total batch over all processes when tools/train.py gets no -b
+    # images per optimizer step (Ultralytics' nbs): -b 16 with 64 accumulates 4 batches per step, and lr,
+    # warmup and EMA follow the 64 (core/accumulation.py); None: one batch per step
+    nominal_batch_size: int | None = None
+    warmup_epochs: float = 5
+    max_epoch: int = 300
+    warmup_lr: float = 0
+    min_lr_ratio: float = 0.05
+    basic_lr_per_img: float = 0.01 / 64.0  # lr = basic_lr_per_img * total batch size
+    scheduler: Literal["yoloxwarmcos", "warmcos", "cos", "multistep"] = "yoloxwarmcos"
+    no_aug_epochs: int = 15  # the last epochs: no mosaic/mixup, L1 loss on
+    ema: bool = True
+    # the EMA decay ramps up as 0.9998 * (1 - exp(-updates / ema_ramp)): YOLOX's 2000 updates
+    ema_ramp: float = 2000.0
+    weight_decay: float = 5e-4
+    momentum: float = 0.9
+    # clip the gradients' total L2 norm to this value before each step; None: no clipping (YOLOX)
+    clip_grad_norm: float | None = None
+    # what --fp16 means on a CPU: "bf16" (bfloat16 autocast, no loss scaling: fast on CPUs), or "fp16",
+    # float16 autocast with loss scaling, the path every --fp16 GPU run takes, to try it out on a CPU
+    # (slower than bf16 and fp32 there: docs/training.md, "Mixed precision")
+    cpu_amp_dtype: Literal["bf16", "fp16"] = "bf16"
+    # the fp16 loss scaler (torch.amp.GradScaler): its first scale, and the overflow-free steps after
+    # which it doubles the scale (an overflow halves it and skips the step); torch's defaults
+    scaler_init_scale: float = 65536.0
+    scaler_growth_interval: int = 2000
+    # ---------------- fine-tuning (-c weights) ---------------- #
+    # parts that keep the weights they start from: "none", "backbone" (CSPDarknet) or "backbone+neck"
+    # (and PAFPN); their BatchNorm layers stay in eval mode, their statistics frozen too
+    freeze: Literal["none", "backbone", "backbone+neck"] = "none"
+    # stop after this many evaluations in a row without a better best_metric (None: never)
+    patience: int | None = None
+    # -c weights whose BatchNorm was folded into the convolutions (identity statistics, as in weights
+    # rebuilt from an ONNX export) get their statistics re-estimated on training images first, so that
+    # training starts from the weights' function (models/folded_bn.py)
+    refit_folded_bn: bool = True
+    print_interval = 10  # optimizer steps between progress lines (declared by BaseExp)
+    save_history_ckpt: bool = True
+    exp_name: str  # set by __init__: the stem of the exp's file (default_exp_name)
+
+    # ---------------- assignment ---------------- #
+    # YOLOX 0.3.0's candidates: anchors inside a GT's box or within simota_center_radius strides of
+    # its centre, cost-free inside both. simota_box_prior False, radius 1.5: the later YOLOX rule.
+    simota_box_prior: bool = True
+    simota_center_radius: float = 2.5
+    simota_topk: int = 10
+    simota_max_bytes: int | None = None  # None: a fraction of free device memory
+
+    # ---------------- testing ---------------- #
+    test_size: SIZE = (640, 640)
+    test_conf: float = 0.01
+    nmsthre: float = 0.65
+
+    # ---------------- evaluation report and best checkpoint ---------------- #
+    best_metric: Literal["AP50_95", "AP50"] = (
+        "AP50_95"  # what best_ckpt.pth keeps the best of: "AP50_95" or "AP50"
+    )
+    report_conf: float = 0.25  # confidence of the precision / recall columns of the per-class table
+    cm_conf: float = 0.25  # confusion matrix: detections with score >= cm_conf, matched ...
+    cm_iou: float = 0.45  # ... to ground truth at IoU >= cm_iou
+    # COCO AP by "auto" (faster-coco-eval when installed), "faster-coco-eval" or "pycocotools"
+    coco_scorer: Literal["auto", "faster-coco-eval", "pycocotools"] = "auto"
+    save_eval_report: bool = True  # training evals write eval/, best_eval/ and TensorBoard pictures
 
     def __init__(self) -> None:
         super().__init__()
-        # ---------------- model ---------------- #
-        self.num_classes: int | None = 80  # None: as many as the dataset has (tools resolve it at start)
-        self.depth = 1.00  # factor of the number of blocks in each CSP stage
-        self.width = 1.00  # factor of the number of channels
-        self.act = "silu"
-        self.depthwise = False  # depthwise-separable convs in backbone, neck and head (nano)
-        self.grad_checkpoint = False  # recompute backbone/neck activations in backward to fit bigger batches
-        # train in NHWC memory format: oneDNN (CPU) and tensor cores (CUDA) run its convolutions faster
-        # (yolox-nano 320 px on a 2-core CPU: 1.37x per step); the weights and results are the same
-        self.channels_last = True
-        # torch.compile the model for training and evaluation (tools' --compile): off, because its minutes
-        # of compiling only pay back in long runs (docs/training.md, "torch.compile"); compile_mode and
-        # compile_backend are torch.compile's ("aot_eager" traces without generating kernels: a quick check)
-        self.compile = False
-        self.compile_mode = "default"
-        self.compile_backend = "inductor"
-
-        # ---------------- data ---------------- #
-        # The dataset: a built-in description ("coco", "voc", "shapes"), a description .json or an
-        # Ultralytics data.yaml. YOLOX's data_dir means "my data, laid out as this description says"
-        # (class names then come from its annotation files); train_ann / val_ann, when set, replace
-        # the description's annotation files. None: the description's own.
-        self.dataset = "coco"
-        self.data_dir: str | None = None
-        self.train_ann: str | None = None
-        self.val_ann: str | None = None
-        self.test_ann = "instances_test2017.json"
-        self.class_names: tuple[str, ...] | None = None  # None: taken from the dataset
-        self.data_num_workers = 4
-        # niceness (os.nice, 0-19) the training loader's workers add to their own; None: 19 when the model
-        # runs on the CPU, where the workers share its cores (at the lowest priority they mostly take what the
-        # training threads leave: nano trains about 1.1x faster on 2 cores), 0 on a GPU, which they must feed
-        self.data_worker_nice: int | None = None
-        self.input_size = (640, 640)  # (height, width)
-        # multi-scale training draws sizes in [input_size - 32 * range, input_size + 32 * range];
-        # 0 turns it off. random_size = (min, max) in units of 32 takes precedence when set.
-        self.multiscale_range = 5
-        self.random_size: tuple[int, int] | None = None
-        self.max_labels = 120  # labels per image after augmentation; extra ones are dropped (logged once)
-        # True: a missing image file (or bad YOLO label line) is skipped and counted, not an error; and no
-        # share of damaged images stops the run
-        self.skip_corrupt_images = False
-        # an image that cannot be decoded whole is skipped with one warning and counted; the run stops when
-        # more than this share of the training split is damaged (0: at the first one)
-        self.max_corrupt_fraction = 0.01
-        self.cache_dir: str | None = None  # --cache disk writes here (default datasets/.cache/)
-        self.cache_strict = False  # True: a cache that does not fit is an error instead of running uncached
-
-        # ---------------- augmentation ---------------- #
-        self.mosaic_prob = 1.0
-        self.mixup_prob = 1.0
-        self.hsv_prob = 1.0
-        self.flip_prob = 0.5
-        self.degrees = 10.0
-        self.translate = 0.1
-        self.mosaic_scale = (0.1, 2)
-        self.enable_mixup = True
-        self.mixup_scale = (0.5, 1.5)
-        self.shear = 2.0
-        # where the mosaic's rotation/scale/shear act: "centre" maps the mosaic canvas's centre to the
-        # output's centre; "origin" maps its top-left corner to the output's (official YOLOX 0.3.0)
-        self.affine_pivot = "centre"
-        # box_candidates after every geometric transform: keep boxes wider and taller than box_min_size px,
-        # keeping at least box_min_area_ratio of their area, aspect ratio below box_max_aspect. The defaults
-        # keep what official YOLOX 0.3.0 keeps (min side > 1 px, however much was cut off): on real photos
-        # fine-tuned from COCO weights they train better than YOLOv5's (2 px, 0.1, 20), most of all in the
-        # early epochs (docs/results.md, "Fine-tuning on real photos")
-        self.box_min_size = 1.0
-        self.box_min_area_ratio = 0.0
-        self.box_max_aspect = float("inf")
-
-        # ---------------- training ---------------- #
-        self.batch_size = 64  # total batch over all processes when tools/train.py gets no -b
-        # images per optimizer step (Ultralytics' nbs): -b 16 with 64 accumulates 4 batches per step, and lr,
-        # warmup and EMA follow the 64 (core/accumulation.py); None: one batch per step
-        self.nominal_batch_size: int | None = None
-        self.warmup_epochs = 5
-        self.max_epoch = 300
-        self.warmup_lr = 0
-        self.min_lr_ratio = 0.05
-        self.basic_lr_per_img = 0.01 / 64.0  # lr = basic_lr_per_img * total batch size
-        self.scheduler = "yoloxwarmcos"
-        self.no_aug_epochs = 15  # the last epochs: no mosaic/mixup, L1 loss on
-        self.ema = True
-        # the EMA decay ramps up as 0.9998 * (1 - exp(-updates / ema_ramp)): YOLOX's 2000 updates
-        self.ema_ramp = 2000.0
-        self.weight_decay = 5e-4
-        self.momentum = 0.9
-        # clip the gradients' total L2 norm to this value before each step; None: no clipping (YOLOX)
-        self.clip_grad_norm: float | None = None
-        # what --fp16 means on a CPU: "bf16" (bfloat16 autocast, no loss scaling: fast on CPUs), or "fp16",
-        # float16 autocast with loss scaling, the path every --fp16 GPU run takes, to try it out on a CPU
-        # (slower than bf16 and fp32 there: docs/training.md, "Mixed precision")
-        self.cpu_amp_dtype = "bf16"
-        # the fp16 loss scaler (torch.amp.GradScaler): its first scale, and the overflow-free steps after
-        # which it doubles the scale (an overflow halves it and skips the step); torch's defaults
-        self.scaler_init_scale = 65536.0
-        self.scaler_growth_interval = 2000
-        # ---------------- fine-tuning (-c weights) ---------------- #
-        # parts that keep the weights they start from: "none", "backbone" (CSPDarknet) or "backbone+neck"
-        # (and PAFPN); their BatchNorm layers stay in eval mode, their statistics frozen too
-        self.freeze = "none"
-        # stop after this many evaluations in a row without a better best_metric (None: never)
-        self.patience: int | None = None
-        # -c weights whose BatchNorm was folded into the convolutions (identity statistics, as in weights
-        # rebuilt from an ONNX export) get their statistics re-estimated on training images first, so that
-        # training starts from the weights' function (models/folded_bn.py)
-        self.refit_folded_bn = True
-        self.print_interval = 10
-        self.eval_interval = 10
-        self.save_history_ckpt = True
         self.exp_name = default_exp_name(type(self))
-
-        # ---------------- assignment ---------------- #
-        # YOLOX 0.3.0's candidates: anchors inside a GT's box or within simota_center_radius strides of
-        # its centre, cost-free inside both. simota_box_prior False, radius 1.5: the later YOLOX rule.
-        self.simota_box_prior = True
-        self.simota_center_radius = 2.5
-        self.simota_topk = 10
-        self.simota_max_bytes: int | None = None  # None: a fraction of free device memory
-
-        # ---------------- testing ---------------- #
-        self.test_size = (640, 640)
-        self.test_conf = 0.01
-        self.nmsthre = 0.65
-
-        # ---------------- evaluation report and best checkpoint ---------------- #
-        self.best_metric = "AP50_95"  # what best_ckpt.pth keeps the best of: "AP50_95" or "AP50"
-        self.report_conf = 0.25  # confidence of the precision / recall columns of the per-class table
-        self.cm_conf = 0.25  # confusion matrix: detections with score >= cm_conf, matched ...
-        self.cm_iou = 0.45  # ... to ground truth at IoU >= cm_iou
-        # COCO AP by "auto" (faster-coco-eval when installed), "faster-coco-eval" or "pycocotools"
-        self.coco_scorer = "auto"
-        self.save_eval_report = True  # training evals write eval/, best_eval/ and TensorBoard pictures
 
     def validate(self) -> None:
         """Types and shapes of every field (BaseExp.validate), then the ranges of the EMA ramp, the loss

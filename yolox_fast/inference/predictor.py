@@ -22,6 +22,7 @@ from yolox_fast.utils.amp import autocast
 from yolox_fast.utils.boxes import postprocess
 from yolox_fast.utils.checkpoint import CheckpointError, load_checkpoint, load_model_weights
 from yolox_fast.utils.compile import CompileStats, compile_for_inference
+from yolox_fast.utils.metric import sync_device
 
 NO_WEIGHTS = (
     "no weights: give -c with a checkpoint (best_ckpt.pth), an exported file or a zoo name (yolox-s), or "
@@ -66,12 +67,6 @@ class TimedDetections(NamedTuple):
     nms_s: float
 
 
-def _sync(device: torch.device) -> None:
-    # CUDA kernels are asynchronous: without a sync the forward time would land in the NMS time
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
 def detect_batch(
     model: nn.Module,
@@ -90,15 +85,16 @@ def detect_batch(
     device = batch.device
     if isinstance(model, ExportedModel) and model.metadata.nms is not None:
         return _detect_with_graph_nms(model, batch, orig_hw, img_size, conf, nms, class_agnostic)
-    _sync(device)
+    # synced before each clock read: otherwise the forward's CUDA kernels would be timed as NMS time
+    sync_device(device)
     t0 = time.perf_counter()
     with autocast(device, amp_dtype):
         outputs = model(batch)
     outputs = outputs.float()
-    _sync(device)
+    sync_device(device)
     t1 = time.perf_counter()
     kept = postprocess(outputs, num_classes, conf, nms, class_agnostic=class_agnostic)
-    _sync(device)
+    sync_device(device)
     t2 = time.perf_counter()
     return TimedDetections(to_original_coords(kept, orig_hw, img_size), t1 - t0, t2 - t1)
 

@@ -15,6 +15,9 @@ from yolox_fast.utils.boxes import aligned_iou
 from yolox_fast.utils.threads import single_threaded_on_cpu
 
 IOU_LOSS_WEIGHT = 5.0  # YOLOX's reg_weight
+# what `yolox_loss` returns that training logs and accumulates, in the progress line's order; "num_fg" is a
+# per-ground-truth figure (averaged over accumulated batches, not weighted)
+LOSS_KEYS = ("total_loss", "iou_loss", "l1_loss", "conf_loss", "cls_loss", "num_fg")
 L1_EPS = 1e-8
 
 

@@ -23,6 +23,7 @@ from loguru import logger
 from yolox_fast.core.cli import (
     add_exp_arguments,
     add_inference_arguments,
+    add_launch_arguments,
     build_exp,
     parse_with_overrides,
     run_tool,
@@ -55,11 +56,7 @@ def make_parser() -> argparse.ArgumentParser:
         "<output_dir>/<exp_name>/best_ckpt.pth",
     )
     p.add_argument("-b", "--batch-size", type=int, default=64, help="total batch size over all processes")
-    p.add_argument("-d", "--devices", type=int, default=1, help="processes to start (GPUs, or CPU workers)")
-    p.add_argument("--dist-backend", type=str, default=None, help="default: nccl on CUDA, gloo on CPU")
-    p.add_argument("--dist-url", type=str, default=None, help="tcp://HOST:PORT of machine 0 (multi-machine)")
-    p.add_argument("--num_machines", type=int, default=1)
-    p.add_argument("--machine_rank", type=int, default=0)
+    add_launch_arguments(p, devices=1)
     p.add_argument("--conf", type=float, default=None, help="score threshold (exp.test_conf)")
     p.add_argument("--nms", type=float, default=None, help="NMS IoU threshold (exp.nmsthre)")
     p.add_argument("--tsize", type=int, default=None, help="square test size (exp.test_size)")

@@ -13,6 +13,7 @@ from yolox_fast.core import trackers
 from yolox_fast.core.cli import (
     add_compile_argument,
     add_exp_arguments,
+    add_launch_arguments,
     build_exp,
     parse_with_overrides,
     run_tool,
@@ -31,25 +32,7 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help="total batch size over all processes (default: the exp's batch_size, 64 in YOLOX recipes)",
     )
-    parser.add_argument(
-        "-d",
-        "--devices",
-        type=int,
-        default=None,
-        help="processes on this machine (default: all GPUs, or 1 on CPU; 1 per process started by "
-        "torchrun, srun or a RANK/WORLD_SIZE launcher)",
-    )
-    parser.add_argument(
-        "--dist-backend", type=str, default=None, help="nccl or gloo (default: nccl on CUDA, else gloo)"
-    )
-    parser.add_argument(
-        "--dist-url",
-        type=str,
-        default=None,
-        help="tcp://HOST:PORT of machine 0 for --num_machines > 1 (default: a free local port)",
-    )
-    parser.add_argument("--num_machines", type=int, default=1, help="number of machines (YOLOX style)")
-    parser.add_argument("--machine_rank", type=int, default=0, help="rank of this machine (YOLOX style)")
+    add_launch_arguments(parser, devices=None)
     parser.add_argument("--resume", action="store_true", help="continue from latest_ckpt.pth (or -c)")
     parser.add_argument(
         "--auto-resume",

@@ -56,3 +56,20 @@ def autocast(device: torch.device | str, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def loss_scaler(
+    device: torch.device | str,
+    dtype: torch.dtype | None,
+    init_scale: float = 2.0**16,
+    growth_interval: int = 2000,
+) -> torch.amp.GradScaler:
+    """The loss scaler of a run autocast to `dtype`: enabled for fp16 only (bf16 has fp32's exponent range);
+    `init_scale` and `growth_interval` as torch's GradScaler's (exp.scaler_init_scale and
+    scaler_growth_interval)."""
+    return torch.amp.GradScaler(
+        torch.device(device).type,
+        init_scale=init_scale,
+        growth_interval=growth_interval,
+        enabled=dtype is torch.float16,
+    )

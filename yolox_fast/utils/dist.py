@@ -19,6 +19,13 @@ DDP_NO_BUFFER_SYNC = (
 )
 
 
+def wrap_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.parallel.DistributedDataParallel:
+    """`model` (on `device`) in DistributedDataParallel, its BN statistics kept per rank
+    (DDP_NO_BUFFER_SYNC)."""
+    device_ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids, **DDP_NO_BUFFER_SYNC)
+
+
 def is_distributed() -> bool:
     """True inside an initialised process group with more than one rank."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -1,4 +1,5 @@
-"""Running meters for the training log and a memory probe that works on CUDA and CPU."""
+"""Running meters for the training log, and the device probes of a measurement on CUDA and CPU: memory,
+and the sync before a clock is read."""
 
 from __future__ import annotations
 
@@ -51,3 +52,10 @@ def memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return psutil.Process().memory_info().rss / 2**20
+
+
+def sync_device(device: torch.device) -> None:
+    """Wait for `device`'s queued work: CUDA kernels run asynchronously, so a clock read without this sync
+    times their launch, not their work (a no-op on a CPU, which runs them before returning)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
