@@ -13,7 +13,7 @@ from helpers import load_tool
 from test_export import _lively_nano
 
 from yolox_fast.tracking import ByteTracker, IoUTracker, mot_lines, read_mot
-from yolox_fast.tracking.association import iou_cost, match
+from yolox_fast.tracking.association import match
 from yolox_fast.tracking.kalman import BoxKalmanFilter, xyah_to_xyxy, xyxy_to_xyah
 from yolox_fast.tracking.scenes import KINDS, draw_frame, make_scene, simulate_detections
 
@@ -62,10 +62,11 @@ def test_match_is_the_minimum_cost_assignment_within_the_gate():
     assert match(np.zeros((0, 3)), 0.5) == ([], [], [0, 1, 2])
 
 
-def test_iou_cost_never_pairs_different_classes():
-    boxes = np.stack([_box(0.0), _box(0.0)])
-    cost = iou_cost(boxes, np.array([0.0, 1.0]), boxes[:1], np.array([1.0]))
-    np.testing.assert_allclose(cost[:, 0], [1.0, 0.0])
+def test_a_track_follows_its_object_across_class_flips_and_takes_the_latest_class():
+    tracker = ByteTracker()
+    for t, cls in enumerate([0, 1, 1, 2, 0]):  # a look-alike detector's classes for one object
+        tracks = tracker.update(np.array([[*_box(3.0 * t), 0.9, cls]]))
+    assert tracks[:, 4].tolist() == [1] and tracks[:, 6].tolist() == [0]
 
 
 def _walk(frames: int, score_at=lambda t: 0.9, missing=()) -> list[np.ndarray]:

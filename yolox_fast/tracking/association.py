@@ -8,16 +8,15 @@ import torch
 from yolox_fast.utils.boxes import bboxes_iou
 
 
-def iou_cost(
-    track_boxes: np.ndarray, track_classes: np.ndarray, det_boxes: np.ndarray, det_classes: np.ndarray
-) -> np.ndarray:
-    """(T, D) 1 - IoU of track boxes (T, 4) with detection boxes (D, 4), x1y1x2y2; 1 (no overlap) where the
-    classes differ, so that a track never takes another class's box."""
+def iou_cost(track_boxes: np.ndarray, det_boxes: np.ndarray) -> np.ndarray:
+    """(T, D) 1 - IoU of track boxes (T, 4) with detection boxes (D, 4), x1y1x2y2.
+
+    Classes are not compared, as in ByteTrack: a real detector's class flips between look-alikes from
+    frame to frame (a COCO nano calls one raccoon cat, dog and bear within 12 frames), and a track would
+    break at each flip."""
     if len(track_boxes) == 0 or len(det_boxes) == 0:
         return np.ones((len(track_boxes), len(det_boxes)))
-    iou = bboxes_iou(torch.from_numpy(track_boxes), torch.from_numpy(det_boxes)).numpy()  # (T, D)
-    iou[track_classes[:, None] != det_classes[None, :]] = 0.0
-    return 1.0 - iou
+    return 1.0 - bboxes_iou(torch.from_numpy(track_boxes), torch.from_numpy(det_boxes)).numpy()
 
 
 def match(cost: np.ndarray, max_cost: float) -> tuple[list[tuple[int, int]], list[int], list[int]]:

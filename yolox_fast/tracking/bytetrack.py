@@ -11,8 +11,8 @@ Each frame, every track's box is predicted by its Kalman filter (`kalman.BoxKalm
 4. high-score detections left that score >= `new_track` start tracks;
 5. tracks lost for more than `max_lost` frames are removed; until then a returning object gets its id back.
 
-Matching is a minimum-cost assignment (scipy's `linear_sum_assignment`); a track only takes boxes of its
-class.
+Matching is a minimum-cost assignment (scipy's `linear_sum_assignment`) over all classes; a track takes the
+class of its latest box.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ class _Track:
         self.confirmed = confirmed
         self.lost = False
 
-    def see(self, box: np.ndarray, score: float, frame: int) -> None:
+    def see(self, box: np.ndarray, score: float, cls: int, frame: int) -> None:
         self.filter.update(box)
         self.score = score
+        self.cls = cls
         self.last_seen = frame
         self.confirmed = True
         self.lost = False
@@ -109,13 +110,12 @@ class ByteTracker:
 
     def _see(self, tracks: list[_Track], dets: np.ndarray, pairs: list[tuple[int, int]]) -> None:
         for ti, di in pairs:
-            tracks[ti].see(dets[di, :4], float(dets[di, 4]), self.frame)
+            tracks[ti].see(dets[di, :4], float(dets[di, 4]), int(dets[di, 5]), self.frame)
 
     @staticmethod
     def _cost(tracks: list[_Track], dets: np.ndarray, by_score: bool) -> np.ndarray:
         """(T, D) 1 - IoU of the tracks' predicted boxes with `dets`; `by_score`: 1 - IoU x score, so that
         of two equal overlaps the surer box wins (ByteTrack's score fusion)."""
         boxes = np.stack([t.filter.box for t in tracks]) if tracks else np.zeros((0, 4))
-        classes = np.array([t.cls for t in tracks], dtype=np.float64)
-        cost = iou_cost(boxes, classes, dets[:, :4], dets[:, 5])
+        cost = iou_cost(boxes, dets[:, :4])
         return 1.0 - (1.0 - cost) * dets[None, :, 4] if by_score else cost

@@ -1,7 +1,7 @@
 """The plain IoU tracker (Bochinski et al., AVSS 2017), the baseline ByteTrack is measured against: each
 confident detection continues the track whose last box it overlaps most (minimum-cost assignment on
-1 - IoU, IoU >= `min_iou`, same class); a track with no box this frame ends; a box left over starts a new
-track. No motion model, no memory of lost tracks, no low-score boxes."""
+1 - IoU, IoU >= `min_iou`, any class, as ByteTrack); a track with no box this frame ends; a box left over
+starts a new track. No motion model, no memory of lost tracks, no low-score boxes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class IoUTracker:
         class]."""
         dets = np.asarray(detections, dtype=np.float64).reshape(-1, 6)
         dets = dets[dets[:, 4] >= self.min_score]
-        cost = iou_cost(self._tracks[:, :4], self._tracks[:, 6], dets[:, :4], dets[:, 5])
+        cost = iou_cost(self._tracks[:, :4], dets[:, :4])
         pairs, _, new = match(cost, 1.0 - self.min_iou)
         ids = [self._tracks[t, 4] for t, _ in pairs] + list(range(self._next_id, self._next_id + len(new)))
         self._next_id += len(new)
