@@ -16,25 +16,15 @@ import numpy as np
 import pytest
 import torch
 from helpers import bomb_png, exp_for, run_tool_here
+from test_faults import TINY as FAULTS_TINY
 
 from yolox_fast.data.cache import CacheRoomError
 from yolox_fast.utils.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 EXP = str(REPO / "exps" / "example" / "shapes_nano.py")
-TINY = {
-    "input_size": "(64,64)",
-    "test_size": "(64,64)",
-    "random_size": "(2,2)",
-    "data_num_workers": "0",
-    "max_epoch": "1",
-    "no_aug_epochs": "0",
-    "warmup_epochs": "0",
-    "eval_interval": "1",
-    "seed": "0",
-    "mosaic_prob": "0.0",  # every training sample reads its own image: a damaged one is met in the epoch
-    "save_eval_report": "false",
-}
+# the fault tests' tiny run, each training sample reading its own image: a damaged one is met in the epoch
+TINY = {**FAULTS_TINY, "mosaic_prob": "0.0"}
 
 
 def train(desc: Path, out: Path, *flags, **overrides):
