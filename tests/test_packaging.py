@@ -174,11 +174,14 @@ def wheel_venv(tmp_path_factory) -> Path:
     (wheel,) = root.glob("yolox_fast-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True, timeout=300)
+    # without PYTHONPATH: a checkout on it (its build's egg-info) would pass for an installed yolox_fast
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     installed = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
         capture_output=True,
         text=True,
         timeout=600,
+        env=clean,
     )
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     return venv
