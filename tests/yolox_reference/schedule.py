@@ -96,7 +96,11 @@ class FakeLoader:
         self.mosaic = mosaic
         self.events = events
         self.dataset = argparse.Namespace(class_names=("a",))
-        self.images = argparse.Namespace(class_names=("a",), cache=None)
+        from yolox_fast.data.datasets.damaged import DamagedImages
+
+        # the trainer checks its training images' damaged count after every step: none here
+        damaged = DamagedImages("constant batch {}".format, BATCH, "constant batches")
+        self.images = argparse.Namespace(class_names=("a",), cache=None, damaged=damaged)
         gen = torch.Generator().manual_seed(1)
         self.batch = (torch.rand(BATCH, 3, *SIZE, generator=gen) * 255, torch.zeros(BATCH, 120, 5))
 
