@@ -85,7 +85,7 @@ def decode_image(data: bytes, path: str, ignore_orientation: bool = False) -> np
 
 def _refuse_huge(path: str, data: bytes) -> None:
     try:
-        width, height = imagesize.get(io.BytesIO(data))
+        width, height = imagesize.get(io.BytesIO(data), exif_rotation=False)  # pixels, not orientation
     except (ValueError, OSError):  # a header imagesize cannot parse: the decoder decides
         return
     if width > 0 and height > 0 and width * height > MAX_IMAGE_PIXELS:

@@ -29,9 +29,17 @@ class DamagedImages:
         self.total = total
         self.split = split
         self.flags = torch.zeros(total, dtype=torch.uint8).share_memory_()  # (N,) 1 = damaged
+        self._view = None
 
     def __contains__(self, index: int) -> bool:
-        return bool(self.flags[index])
+        # through a numpy view of the shared flags, made once per process: indexing the tensor, or even
+        # taking the view, costs more than the rest of a sample's bookkeeping
+        if self._view is None:
+            self._view = self.flags.numpy()
+        return bool(self._view[index])
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_view": None}  # the tensor pickles as shared memory, a view as a copy
 
     def mark(self, index: int, reason: str) -> None:
         """Record image `index` as damaged; the first process to find it says so in one warning."""

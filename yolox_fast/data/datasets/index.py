@@ -188,8 +188,9 @@ class DatasetIndex:
         for entry in os.scandir(folder):
             if entry.name.endswith(".npy"):
                 array = np.load(entry.path, mmap_mode="r", allow_pickle=False)
-                # an empty array cannot be mapped (numpy reads it): either way it is read-only
-                arrays[entry.name[: -len(".npy")]] = array
+                # an empty array cannot be mapped (numpy reads it): either way it is read-only. A plain
+                # ndarray view of the mapping: np.memmap's Python-level indexing cost 0.1 ms per sample
+                arrays[entry.name[: -len(".npy")]] = array.view(np.ndarray)
         return cls(arrays, meta, Path(folder))
 
 
