@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 
 from yolox_fast.core.demo import list_images
+from yolox_fast.data import image_io
 
 COLOR_ORDERS = ("bgr", "rgb")
 
@@ -55,10 +56,12 @@ def expand_path(source: str) -> list[Path]:
 
 
 def read_image(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path))
-    if image is None:
-        raise ValueError(f"cannot read image {path} (not an image OpenCV can decode)")
-    return image
+    """The image decoded as training, evaluation and the demo decode it (`data.image_io`: truncated files
+    refused, alpha on grey); a damaged file is a ValueError naming it."""
+    try:
+        return image_io.read_image(str(path))
+    except image_io.CorruptImageError as err:
+        raise ValueError(f"cannot read image {path}: {err}") from None
 
 
 def array_to_bgr(image: np.ndarray, color: str) -> np.ndarray:
