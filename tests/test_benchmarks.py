@@ -156,6 +156,24 @@ def test_finetune_benchmark_gives_official_the_boxes_ours_reads(tiny_shapes_voc,
     assert fields["num_classes"] == len(names) and fields["seed"] == 3 and fields["enable_mixup"] is False
 
 
+def test_finetune_tiled_variant_keeps_every_photo_and_box(tiny_shapes_voc, tmp_path):
+    """--tiled 2: as many tiled images as photos per split, each photo once per cell position,
+    every box of the split's photos carried over, scaled into its cell."""
+    names, train, val = finetune.read_set(tiny_shapes_voc["config"], batch=1)
+    root = finetune.tiled_set(tmp_path, names, train, val, grid=2)
+    tiled_names, tiled_train, tiled_val = finetune.read_set(str(root), batch=1)
+    assert tuple(tiled_names) == tuple(names)
+    for photos, tiled in ((train, tiled_train), (val, tiled_val)):
+        assert len(tiled) == len(photos)
+        assert sum(len(r.boxes) for r in tiled) == 4 * sum(len(r.boxes) for r in photos)
+        assert all((r.width, r.height) == (512, 512) for r in tiled)
+        assert all(((r.boxes >= 0) & (r.boxes <= 512)).all() for r in tiled)
+    # a tiled image's boxes lie inside its cells: no box crosses the middle lines
+    for r in tiled_train:
+        x1, y1, x2, y2 = r.boxes.T
+        assert not (((x1 < 256) & (x2 > 256)) | ((y1 < 256) & (y2 > 256))).any()
+
+
 def finetune_args():
     import argparse
 

@@ -5,6 +5,7 @@ validation images after every evaluated epoch, per seed, then mean and range ove
 Run it with the reference python (it imports both; `tools/setup_yolox_reference.sh` makes it):
 
     $(tools/setup_yolox_reference.sh) tools/benchmark.py finetune                # raccoon, nano, 3 seeds
+    ... finetune --tiled 3                   # the dense variant: raccoon photos tiled 3x3
     ... finetune --data path/to/my_set --weights yolox_nano.pth --seeds 0     # any layout yolox_fast reads
     ... finetune --example        # also: our example recipe against official's default, same minutes
 
@@ -14,12 +15,19 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
   in its layout under --out; both sides train on the same boxes and score the same ground truth.
 - Weights (--weights): default the COCO-trained nano in ../shared/weights. Both sides load the file as
   their `-c` does (the 80-class layer is skipped; it starts at the prior on both sides).
-- Rows. `official`: official's pieces in a plain loop, as its Trainer runs them (`yolox_official`).
-  `ours`: `tools/train.py -c WEIGHTS`, the recipe as exp overrides. When the weights' BatchNorm is folded
-  into the convolutions (identity statistics, as these are), yolox_fast re-estimates it before training
-  (exp.refit_folded_bn) and official does not; the row `official, refitted start` then trains official
-  from the weights after that refit (computed by yolox_fast's code on the same training images), which
-  separates the start from everything else.
+- Rows, all from the same start. `official`: official 0.3.0's pieces in a plain loop, as its Trainer runs
+  them (`yolox_official`). `official-later`: the same with the SimOTA candidate rule of official's later
+  code (`use_later_assignment_rule`: centre radius 1.5, no box prior). `ours`: `tools/train.py -c
+  WEIGHTS`, the recipe as exp overrides. When the weights' BatchNorm is folded into the convolutions
+  (identity statistics, as these are), yolox_fast re-estimates it before training (exp.refit_folded_bn)
+  and official cannot: official's rows then start from the weights after that refit (computed by
+  yolox_fast's code on the same training images, saved as a file official's `-c` loads), the start a
+  YOLOX user has with Megvii's own weights, which carry their statistics. `official-file` (only when
+  asked, with --rows) trains official from the weights file as it is.
+- Dense variant (--tiled 3): every image of a split is a 3x3 tiling of nine photos of the same split
+  (each photo fitted into its cell, grey around it; real pixels and real boxes), as many tiled images as
+  photos, each photo once in every cell position. On the raccoon set that is about 14 boxes per image,
+  most of them small at 416 px: a stand-in for dense real scenes, not a real dense set.
 - Same on both sides: yolox-nano, batch, steps per epoch (the train set is cut to a multiple of the
   batch: official counts ceil(N / batch), yolox_fast floor), input and test size, multi-scale off,
   test_conf 0.01, nmsthre 0.65, loader workers, torch threads, the scorer. Not the same, by design
@@ -59,6 +67,8 @@ SHARED = REPO.parent / "shared"
 RACCOON = SHARED / "real" / "raccoon"
 WEIGHTS = SHARED / "weights" / "yolox_nano_coco.pth"
 EXAMPLE_EXP = REPO / "exps" / "example" / "finetune_nano.py"
+ROWS = ("official", "official-later", "ours", "official-file")
+DEFAULT_ROWS = ROWS[:3]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
 
 
@@ -131,6 +141,58 @@ def write_official_layout(root: Path, names: Sequence[str], train, val) -> None:
         )
 
 
+def tiled_set(out: Path, names: Sequence[str], train, val, grid: int) -> Path:
+    """A COCO folder (YOLOX's layout) whose every image tiles grid x grid photos of the same split; see the
+    module docstring. Written once under `out` and reused."""
+    import cv2
+
+    root = out / f"tiled{grid}"
+    done = root / "annotations" / "instances_val2017.json"
+    if done.is_file():
+        return root
+    cell = 256  # px; at 416 px input a photo is then about 139 px across
+    rng = np.random.default_rng(0)
+    for split, records in (("train2017", train), ("val2017", val)):
+        (root / split).mkdir(parents=True, exist_ok=True)
+        # orders[k][i]: the photo in cell k of tiled image i; every photo once per cell position, nine
+        # different photos in a tiled image (shifts of one permutation by distinct amounts)
+        order = rng.permutation(len(records))
+        shifts = rng.choice(len(records), size=grid * grid, replace=len(records) < grid * grid)
+        orders = [np.roll(order, int(shift)) for shift in shifts]
+        images, annotations = [], []
+        for i in range(len(records)):
+            canvas = np.full((grid * cell, grid * cell, 3), 114, np.uint8)
+            for k, order in enumerate(orders):
+                rec = records[int(order[i])]
+                photo = cv2.imread(rec.file)
+                h, w = photo.shape[:2]
+                scale = min(cell / w, cell / h)
+                pw, ph = round(w * scale), round(h * scale)
+                x0 = (k % grid) * cell + (cell - pw) // 2
+                y0 = (k // grid) * cell + (cell - ph) // 2
+                canvas[y0 : y0 + ph, x0 : x0 + pw] = cv2.resize(photo, (pw, ph), interpolation=cv2.INTER_AREA)
+                boxes, classes, difficult = (rec.raw_gt if split == "val2017" and rec.raw_gt else None) or (
+                    rec.boxes,
+                    rec.classes,
+                    rec.difficult,
+                )
+                for (x1, y1, x2, y2), c, hard in zip(boxes.tolist(), classes.tolist(), difficult.tolist()):
+                    bx, by, bw, bh = x0 + x1 * scale, y0 + y1 * scale, (x2 - x1) * scale, (y2 - y1) * scale
+                    annotations.append(
+                        {"id": len(annotations) + 1, "image_id": i + 1, "category_id": int(c) + 1,
+                         "bbox": [bx, by, bw, bh], "area": bw * bh, "iscrowd": int(hard)}
+                    )  # fmt: skip
+            name = f"{i + 1:06d}.jpg"
+            cv2.imwrite(str(root / split / name), canvas, [cv2.IMWRITE_JPEG_QUALITY, 95])
+            images.append({"id": i + 1, "file_name": name, "width": grid * cell, "height": grid * cell})
+        categories = [{"id": c + 1, "name": n} for c, n in enumerate(names)]
+        (root / "annotations").mkdir(exist_ok=True)
+        (root / "annotations" / f"instances_{split}.json").write_text(
+            json.dumps({"images": images, "annotations": annotations, "categories": categories})
+        )
+    return root
+
+
 def refitted_weights(weights: str, names, train, size: int, out: Path) -> Path | None:
     """The weights after yolox_fast's folded-BN refit on the training images (as its trainer does it),
     or None when their BatchNorm is not folded."""
@@ -170,9 +232,11 @@ def official_job(spec: dict) -> dict:
     """Run in a subprocess of its own (`--job`): official's loop on its layout, from spec["weights"]."""
     import torch
 
-    from benchmarks.yolox_official import official_nano_exp, train_official
+    from benchmarks.yolox_official import official_nano_exp, train_official, use_later_assignment_rule
 
     torch.set_num_threads(spec["threads"])
+    if spec.get("later_rule"):
+        use_later_assignment_rule()
     fields = {
         **spec["fields"],
         "data_dir": spec["data_dir"],
@@ -256,6 +320,30 @@ def table(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
     return tabulate(body, headers=headers, disable_numparse=True)
 
 
+def standing(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
+    """Ours against each other row, means over the seeds: the evaluated epochs where ours is level or
+    ahead, and the final epoch's difference."""
+    def mean(row: str, epoch: str, index: int) -> float:
+        return float(np.mean([results[row][s]["evals"][epoch][index] for s in seeds]))
+
+    lines = []
+    for other in (r for r in rows if r != "ours"):
+        evaluated = [set(results[r][s]["evals"]) for r in ("ours", other) for s in seeds]
+        epochs = sorted(set.intersection(*evaluated), key=int)
+        parts = []
+        for index, metric in ((1, "AP50"), (0, "AP50:95")):
+            level = sum(mean("ours", e, index) >= mean(other, e, index) for e in epochs)
+            last = mean("ours", epochs[-1], index) - mean(other, epochs[-1], index)
+            last_epoch = epochs[-1]
+            parts.append(f"{metric} level or ahead at {level}/{len(epochs)} epochs, {last:+.3f} at {last_epoch}")
+        lines.append(f"ours vs {other}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def boxes_per_image(records) -> float:
+    return float(np.mean([len(r.boxes) for r in records])) if len(records) else 0.0
+
+
 def main(argv: Sequence[str]) -> None:
     p = argparse.ArgumentParser(
         prog="benchmark.py finetune",
@@ -276,8 +364,11 @@ def main(argv: Sequence[str]) -> None:
         workers=1,
     )
     p.add_argument("--parallel", type=int, default=2, help="runs at a time")
-    p.add_argument("--rows", nargs="*", default=["official", "official-refitted", "ours"],
-                   choices=("official", "official-refitted", "ours"))  # fmt: skip
+    p.add_argument("--rows", nargs="*", default=list(DEFAULT_ROWS), choices=ROWS,
+                   help=f"default: {' '.join(DEFAULT_ROWS)} (official-file: official from the weights file "
+                        "as it is, without the refit)")  # fmt: skip
+    p.add_argument("--tiled", type=int, default=0, metavar="N",
+                   help="the dense variant: every image an N x N tiling of the split's photos (0: off)")
     p.add_argument(
         "--ours-opts",
         nargs="*",
@@ -302,14 +393,19 @@ def main(argv: Sequence[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     data = args.data or str(raccoon_description(out))
     names, train, val = read_set(data, args.batch)
+    if args.tiled > 1:
+        data = str(tiled_set(out, names, train, val, args.tiled))
+        names, train, val = read_set(data, args.batch)
     official_data = out / "official_data"
     write_official_layout(official_data, names, train, val)
     refitted = refitted_weights(args.weights, names, train, args.size, out)
-    rows = [r for r in args.rows if r != "official-refitted" or refitted is not None]
+    # without a refit official's rows already start from the file
+    rows = [r for r in args.rows if r != "official-file" or refitted is not None]
     shown = rows + (["example vs official default"] if args.example else [])
     print(
         f"finetune: {', '.join(shown)}; yolox-nano from {args.weights} on {data}: {len(train)} train / "
-        f"{len(val)} val images, {len(names)} classes ({', '.join(names[:5])}); input {args.size}, batch "
+        f"{len(val)} val images ({boxes_per_image(train):.1f} / {boxes_per_image(val):.1f} boxes each), "
+        f"{len(names)} classes ({', '.join(names[:5])}); input {args.size}, batch "
         f"{args.batch}, {args.epochs} epochs (warmup {args.warmup_epochs}, no-aug {args.no_aug_epochs}), "
         f"lr {args.basic_lr_per_img:.3g}/img, mosaic {args.mosaic_prob} {tuple(args.mosaic_scale)}, no "
         f"mixup, seeds {args.seeds}; {args.parallel} runs at a time, {args.workers} worker and "
@@ -335,8 +431,9 @@ def main(argv: Sequence[str]) -> None:
             "data_dir": str(official_data),
             "batch": args.batch,
             "seed": seed,
-            "weights": str(refitted) if row == "official-refitted" else args.weights,
+            "weights": str(refitted) if refitted is not None and row != "official-file" else args.weights,
             "threads": args.threads,
+            "later_rule": row == "official-later",
         }
         return row, seed, run_official(spec, out)
 
@@ -353,6 +450,8 @@ def main(argv: Sequence[str]) -> None:
     if rows:
         print(f"\nsame recipe, mean [min-max] over seeds {' '.join(map(str, args.seeds))}")
         print(table(results, rows, args.seeds))
+        if "ours" in rows:
+            print(standing(results, rows, args.seeds))
     if args.example:
         results.update(example(args, data, names, official_data, out))
     total = time.perf_counter() - start

@@ -83,6 +83,30 @@ def official_score(evaluator, records: list[dict]) -> tuple[float, float]:
     return float(ap50_95), float(ap50)
 
 
+def use_later_assignment_rule() -> None:
+    """Give official 0.3.0's head the SimOTA candidate rule of official's later code: candidates are the
+    anchors within 1.5 strides of a GT's centre (0.3.0: inside its box or within 2.5 strides), and the cost
+    is free only there. Everything else in 0.3.0's assignment (costs, dynamic k, conflicts) is unchanged,
+    as it is in the later code."""
+    from yolox.models.yolo_head import YOLOXHead
+
+    def get_in_boxes_info(self, gt_bboxes_per_image, expanded_strides, x_shifts, y_shifts, total_num_anchors,
+                          num_gt):  # fmt: skip
+        strides = expanded_strides[0]  # (A,)
+        x_centres = ((x_shifts[0] + 0.5) * strides).unsqueeze(0)  # (1, A) px
+        y_centres = ((y_shifts[0] + 0.5) * strides).unsqueeze(0)
+        reach = 1.5 * strides.unsqueeze(0)  # (1, A) px
+        gt_x, gt_y = gt_bboxes_per_image[:, 0:1], gt_bboxes_per_image[:, 1:2]  # (G, 1) px
+        deltas = torch.stack(
+            [x_centres - (gt_x - reach), y_centres - (gt_y - reach), gt_x + reach - x_centres,
+             gt_y + reach - y_centres], 2)  # fmt: skip
+        in_centre = deltas.min(dim=-1).values > 0.0  # (G, A)
+        candidates = in_centre.any(dim=0)  # (A,)
+        return candidates, in_centre[:, candidates]
+
+    YOLOXHead.get_in_boxes_info = get_in_boxes_info
+
+
 def official_random_size(exp) -> tuple[int, int]:
     """The next multi-scale input size, drawn as official's `Exp.random_resize` draws it on rank 0."""
     factor = exp.input_size[1] * 1.0 / exp.input_size[0]
