@@ -323,6 +323,7 @@ def table(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
 def standing(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
     """Ours against each other row, means over the seeds: the evaluated epochs where ours is level or
     ahead, and the final epoch's difference."""
+
     def mean(row: str, epoch: str, index: int) -> float:
         return float(np.mean([results[row][s]["evals"][epoch][index] for s in seeds]))
 
@@ -335,7 +336,9 @@ def standing(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
             level = sum(mean("ours", e, index) >= mean(other, e, index) for e in epochs)
             last = mean("ours", epochs[-1], index) - mean(other, epochs[-1], index)
             last_epoch = epochs[-1]
-            parts.append(f"{metric} level or ahead at {level}/{len(epochs)} epochs, {last:+.3f} at {last_epoch}")
+            parts.append(
+                f"{metric} level or ahead at {level}/{len(epochs)} epochs, {last:+.3f} at {last_epoch}"
+            )
         lines.append(f"ours vs {other}: " + "; ".join(parts))
     return "\n".join(lines)
 
@@ -367,8 +370,13 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--rows", nargs="*", default=list(DEFAULT_ROWS), choices=ROWS,
                    help=f"default: {' '.join(DEFAULT_ROWS)} (official-file: official from the weights file "
                         "as it is, without the refit)")  # fmt: skip
-    p.add_argument("--tiled", type=int, default=0, metavar="N",
-                   help="the dense variant: every image an N x N tiling of the split's photos (0: off)")
+    p.add_argument(
+        "--tiled",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the dense variant: every image an N x N tiling of the split's photos (0: off)",
+    )
     p.add_argument(
         "--ours-opts",
         nargs="*",
