@@ -1,7 +1,7 @@
 """Helpers shared by the test modules (tests/ is on sys.path when pytest runs them)."""
 
 import contextlib
-import importlib.util
+import importlib
 import io
 import os
 import runpy
@@ -21,16 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_tool(name: str):
-    """The tool `name` as a module: a command-line tool is the package's `yolox_fast.tools.<name>`
-    (`load_tool("demo")`); a benchmark suite, which is a script of the checkout only, is loaded from its
-    file as a fresh module (`load_tool("benchmarks/eval")`)."""
-    if not name.startswith("benchmarks/"):
-        return importlib.import_module(f"yolox_fast.tools.{name}")
-    module_name = f"{name.replace('/', '_')}_tool"
-    spec = importlib.util.spec_from_file_location(module_name, REPO / "tools" / f"{name}.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    """The command-line tool `name` as a module: the package's `yolox_fast.tools.<name>`
+    (`load_tool("demo")`). The benchmark suites, which live in the checkout only, are
+    `benchmarks.suites.<name>` (the repository root is on pytest's path)."""
+    return importlib.import_module(f"yolox_fast.tools.{name}")
 
 
 def run_tool_process(tool: str, *args: str, cwd: Path, timeout: int = 300) -> str:

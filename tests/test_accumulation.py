@@ -6,11 +6,11 @@ import re
 
 import pytest
 import torch
-from benchmarks.inputs import random_targets
 from helpers import load_tool, run_tool_here
 from test_train_step import run_one_step, states, tiny_trainer
 from test_trainer import tiny_opts, train_cmd
 
+from benchmarks.kit.inputs import random_targets
 from yolox_fast.core.accumulation import accumulation_steps
 from yolox_fast.core.nonfinite import NonFiniteGuard
 from yolox_fast.core.trainer import Trainer

@@ -1,15 +1,19 @@
-"""Every benchmark under tools/benchmarks runs, at sizes of a few seconds, and prints its figure with the
+"""Every benchmark under benchmarks/ runs, at sizes of a few seconds, and prints its figure with the
 ratio against its baseline; the ones that need official YOLOX say how to run them and have their data side
 tested here (the reference side runs in test_vs_yolox.py). Timings are printed, never asserted."""
 
 import json
 import re
+import runpy
 from pathlib import Path
 
-import benchmark
 import pytest
-from benchmarks import fidelity, finetune, yolox_official
-from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
+
+from benchmarks.kit import official as yolox_official
+from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.suites import fidelity, finetune
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run(capsys, *argv: str) -> str:
@@ -19,7 +23,7 @@ def run(capsys, *argv: str) -> str:
     saved = sys.argv
     sys.argv = ["benchmark.py", *argv]
     try:
-        benchmark.main()
+        runpy.run_path(str(REPO / "tools" / "benchmark.py"), run_name="__main__")
     finally:
         sys.argv = saved
     return capsys.readouterr().out
@@ -201,22 +205,22 @@ def test_every_module_of_the_package_and_the_tools_imports():
     import importlib
     import pkgutil
 
+    import benchmarks
     import yolox_fast
 
     names = [m.name for m in pkgutil.walk_packages(yolox_fast.__path__, "yolox_fast.")]
-    tools = Path(benchmark.__file__).parent
-    names += [
-        f"benchmarks.{p.stem}" for p in sorted((tools / "benchmarks").glob("*.py")) if p.stem != "__init__"
-    ]
-    names += [p.stem for p in sorted(tools.glob("*.py"))]
+    names += [m.name for m in pkgutil.walk_packages(benchmarks.__path__, "benchmarks.")]
     for name in names:
         importlib.import_module(name)
-    assert "benchmarks.gpu" in names and "yolox_fast.core.trainer" in names and "train" in names
+    scripts = sorted((REPO / "tools").glob("*.py"))
+    for script in scripts:  # their imports; what runs under `if __name__ == "__main__"` does not
+        runpy.run_path(str(script), run_name=f"tools_{script.stem}")
+    assert "benchmarks.suites.gpu" in names and "yolox_fast.core.trainer" in names
+    assert "train" in [script.stem for script in scripts]
 
 
 def test_scale_set_is_coco_shaped_and_reads_back_box_for_box(tmp_path):
-    from benchmarks.scale import COCO_IDS, make_coco_set
-
+    from benchmarks.suites.scale import COCO_IDS, make_coco_set
     from yolox_fast.data.datasets.coco import COCODataset
 
     ann = make_coco_set(tmp_path, "train2017", 200, seed=3)

@@ -30,8 +30,10 @@ needs_faster = pytest.mark.skipif(not faster_coco_eval_available(), reason="fast
 
 def synthetic_coco_case(**kwargs):
     """The generator of `python tools/benchmark.py eval` (crowd boxes, empty images, a class never
-    detected), loaded from its file."""
-    return load_tool("benchmarks/eval").synthetic_coco_case(**kwargs)
+    detected)."""
+    from benchmarks.suites.eval import synthetic_coco_case
+
+    return synthetic_coco_case(**kwargs)
 
 
 def det(x1, y1, x2, y2, score, cls):

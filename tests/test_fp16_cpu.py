@@ -336,7 +336,7 @@ def pitfall_case() -> dict:
     ten predictions exactly on it (dynamic_k 10: nine picks outside the window, at +1e5, which is inf in
     fp16), zero-area predictions and GT, boxes of more than 65504 px^2, logits at fp16's extremes (p = 0
     and p = 1: log 0 in the BCE costs)."""
-    from benchmarks.inputs import anchor_grid
+    from benchmarks.kit.inputs import anchor_grid
 
     points, strides = anchor_grid(64)
     num_anchors = strides.numel()
@@ -439,7 +439,7 @@ def test_head_decodes_fp16_offsets_in_fp32():
 def test_loss_of_fp16_outputs_equals_fp32_loss_of_their_values():
     """yolox_loss computes in fp32: fp16 head outputs under fp16 autocast give exactly the loss of their
     fp32 values, and its gradient rounded to fp16."""
-    from benchmarks.inputs import anchor_grid
+    from benchmarks.kit.inputs import anchor_grid
 
     gen = torch.Generator().manual_seed(0)
     points, strides = anchor_grid(64)
@@ -474,7 +474,7 @@ def test_model_loss_forward_backward_under_fp16_autocast_is_finite_and_close_to_
     """The whole model (tiny YOLOX, 64 px) under fp16 autocast: finite losses within a few % of fp32's (its
     activations differ by fp16 rounding, which may move an anchor's assignment) and finite gradients
     everywhere the fp32 ones are non-zero."""
-    from benchmarks.inputs import random_targets
+    from benchmarks.kit.inputs import random_targets
 
     gen = torch.Generator().manual_seed(0)
     imgs = torch.rand(2, 3, 64, 64, generator=gen) * 255

@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-from benchmarks.inputs import anchor_grid
 
+from benchmarks.kit.inputs import anchor_grid
 from yolox_fast.models import losses
 from yolox_fast.models.losses import IOUloss, yolox_loss
 

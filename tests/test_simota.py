@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from benchmarks.inputs import anchor_grid, make_inputs
 from helpers import load_tool
 from torchvision.ops import box_convert, box_iou
 
+from benchmarks.kit.inputs import anchor_grid, make_inputs
 from yolox_fast.models.simota import factorised_class_cost, negative_bce_sum_, simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils.boxes import bboxes_iou

@@ -140,7 +140,8 @@ def test_bytetrack_beats_iou_tracking_on_crossings_and_occlusions(kind):
     """The benchmark's claim on one generated video each: IDF1 well above the IoU tracker's, fewer
     switches."""
     mm = pytest.importorskip("motmetrics")
-    run_tracker = load_tool("benchmarks/track").run_tracker
+    from benchmarks.suites.track import run_tracker
+
     scene = make_scene(kind, seed=0, num_frames=100)
     dets = simulate_detections(scene, seed=0)
     scores = {}
@@ -155,7 +156,8 @@ def test_bytetrack_beats_iou_tracking_on_crossings_and_occlusions(kind):
 @pytest.mark.slow
 def test_track_benchmark_prints_both_trackers_and_the_time_share(tmp_path, capsys):
     pytest.importorskip("motmetrics")
-    track = load_tool("benchmarks/track")
+    from benchmarks.suites import track
+
     track.main(["--videos", "1", "--frames", "30", "--detect-frames", "2", "--tsize", "64",
                 "--save-frames", str(tmp_path)])  # fmt: skip
     out = capsys.readouterr().out

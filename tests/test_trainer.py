@@ -326,7 +326,7 @@ def test_speed_switches_leave_a_training_step_equal(dtype, tolerance):
     """channels_last (default on) and the foreach SGD step change kernels, not results: the loss, the
     gradients and the weights after one step of a fixed batch agree. In float64 to 1e-9; in float32 within
     the float32 rounding of the step itself (its own distance from float64 is about 4e-4 here)."""
-    from benchmarks.inputs import random_targets
+    from benchmarks.kit.inputs import random_targets
 
     gen = torch.Generator().manual_seed(0)
     imgs = (torch.rand(4, 3, 96, 96, generator=gen) * 255).to(dtype)

@@ -46,8 +46,8 @@ def reference() -> dict:
             "no official YOLOX 0.3.0 reference environment: run tools/setup_yolox_reference.sh "
             "(or set YOLOX_REFERENCE_PYTHON to a python that has yolox 0.3.0 installed)"
         )
-    # the scripts import the benchmarks' shared pieces from tools/ as well as yolox_fast
-    paths = [str(REPO), str(REPO / "tools"), os.environ.get("PYTHONPATH", "")]
+    # the scripts import the benchmarks' shared pieces (`benchmarks.kit`) as well as yolox_fast
+    paths = [str(REPO), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     proc = subprocess.run(
         [python, str(SCRIPTS / "run_all.py")], env=env, capture_output=True, text=True, timeout=900

@@ -5,6 +5,7 @@ Each prints its figures and the ratio against a baseline measured in the same ru
 
 import importlib
 import sys
+from pathlib import Path
 
 SUITES = ("simota", "data", "demo", "train", "eval", "fidelity", "finetune", "vs-yolox", "deploy", "gpu",
           "workers", "allocator", "stem", "scale", "track")  # fmt: skip
@@ -17,7 +18,8 @@ def main() -> None:
             "   (-h after a suite for its options)"
         )
         sys.exit(2)
-    suite = importlib.import_module(f"benchmarks.{sys.argv[1].replace('-', '_')}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks`
+    suite = importlib.import_module(f"benchmarks.suites.{sys.argv[1].replace('-', '_')}")
     suite.main(sys.argv[2:])
 
 

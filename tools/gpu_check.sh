@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (tools/benchmarks/gpu.py): assigner, training iteration, memory, the README's
+# The GPU check (benchmarks/suites/gpu.py): assigner, training iteration, memory, the README's
 # `train.py -f exps/yolox_nano.py -b 256 --fp16 --cache` against no cache, torchrun with 1 process and
 # --compile, its checkpoint exported to TensorRT and fp16 TorchScript and scored, and the assigner's
 # out-of-memory retry, against official YOLOX 0.3.0 in the same run; one table. About 15 minutes on one

@@ -50,11 +50,10 @@ def run_benchmark(argv: list[str]) -> None:
     script = checkout_benchmark()
     if script is None:
         raise SystemExit(
-            "error: the benchmarks live in the yolox_fast repository (tools/benchmarks/), not in the "
+            "error: the benchmarks live in the yolox_fast repository (benchmarks/), not in the "
             "installed package: run `yolox_fast benchmark ...` or `python tools/benchmark.py ...` in a clone"
         )
     sys.argv = [str(script), *argv]
-    sys.path.insert(0, str(script.parent))  # the suites import `benchmarks.<suite>` from tools/
     runpy.run_path(str(script), run_name="__main__")
 
 

@@ -5,7 +5,7 @@ matrix itself, and TrainTransform as a whole.
 Random draws are fed to yolox_fast through a stand-in generator that returns given values; official's
 draws come from Python's / NumPy's global generators, seeded and replayed.
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/augment_pieces.py
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/augment_pieces.py
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ box carries a tag in its class column, so each output box is traced to the box i
 - the share of mosaic samples whose mosaic centre (where the 4 tiles meet) lands in the output, and the
   share of the output covered by the tiles, and by the sample's own image (tile 0).
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/data_stats.py [--samples 300] ...
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/data_stats.py [--samples 300] ...
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def collect(argv: list[str] | None = None) -> dict:
         "--ours-opts", nargs="*", default=[], help="extra exp overrides for ours: KEY VALUE ..."
     )
     args = parser.parse_args(argv)
-    from benchmarks.fidelity_data import make_fidelity_set
+    from benchmarks.kit.fidelity_data import make_fidelity_set
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.data or tmp) / "fidelity_shapes"

@@ -2,7 +2,7 @@
 side's own code: iterations per epoch, the un-augmented fallback of TrainTransform, and which setting fixes
 the multi-scale sizes.
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/differences.py
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/differences.py
 """
 
 from __future__ import annotations

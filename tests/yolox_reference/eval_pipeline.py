@@ -8,7 +8,7 @@
   (boxes near the ground truth, duplicates, low scores, noise), so it also checks that both hand the
   model the same pixels.
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/eval_pipeline.py
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/eval_pipeline.py
 """
 
 from __future__ import annotations
@@ -92,9 +92,8 @@ def compare_postprocess(rng: np.random.Generator) -> dict:
 
 
 def collect(argv: list[str] | None = None) -> dict:
-    from benchmarks.fidelity_data import make_fidelity_set
-    from benchmarks.yolox_official import official_detections, official_nano_exp
-
+    from benchmarks.kit.fidelity_data import make_fidelity_set
+    from benchmarks.kit.official import official_detections, official_nano_exp
     from yolox_fast.evaluators.coco import coco_score, detections_to_coco_json
     from yolox_fast.evaluators.detection_evaluator import run_inference
     from yolox_fast.exp import get_exp

@@ -7,7 +7,7 @@ SimOTA rule ("ours_later_rule": simota_box_prior False, simota_center_radius 1.5
 Also: whether both build the same initial weights under the same torch seed, and whether
 `exp.get_optimizer` puts the same parameters into the same SGD groups with the same settings.
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/loss_grad.py
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/loss_grad.py
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import dataclasses
 
 import common
 import torch
-from benchmarks.stem import with_phases_stem
+
+from benchmarks.suites.stem import with_phases_stem
 
 NUM_CLASSES = 4
 SIZE = (160, 224)  # (H, W): non-square, so a transposed grid would show

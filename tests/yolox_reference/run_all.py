@@ -2,7 +2,7 @@
 what tests/test_vs_yolox.py runs. Prints {section: result} as JSON; a section that raised holds
 {"error": traceback} instead, so the other sections still report.
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/run_all.py [SECTION ...]
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/run_all.py [SECTION ...]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Also, with the real loaders (official: its DataLoader + YoloBatchSampler + Infin
 for the run as its DataPrefetcher keeps; yolox_fast: TrainLoader), 2 workers each: how many batches
 after close_mosaic still come with mosaic on (the ones already prefetched).
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/schedule.py
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/schedule.py
 """
 
 from __future__ import annotations

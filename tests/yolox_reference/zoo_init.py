@@ -2,7 +2,7 @@
 shapes, and the same initial weights under one torch seed (so that a seeded comparison of any size starts
 equal).
 
-    PYTHONPATH=tools $YOLOX_REFERENCE_PYTHON tests/yolox_reference/zoo_init.py [NAME ...]
+    PYTHONPATH=. $YOLOX_REFERENCE_PYTHON tests/yolox_reference/zoo_init.py [NAME ...]
 """
 
 from __future__ import annotations

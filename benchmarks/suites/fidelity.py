@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.yolox_official import require_official_yolox
+from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.kit.official import require_official_yolox
 
 REPO = Path(__file__).resolve().parents[2]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
@@ -88,7 +88,7 @@ def recipe(args, seed: int) -> dict:
 def run_official(args, root: Path, seed: int) -> dict:
     import torch
 
-    from benchmarks.yolox_official import official_nano_exp, train_official
+    from benchmarks.kit.official import official_nano_exp, train_official
 
     torch.set_num_threads(args.threads)
     fields = {

@@ -3,7 +3,7 @@
 `make_inputs`: SimOTA's arguments, 5-40 GTs per image (padded to 120) with log-uniform sizes, predicted
 boxes jittered around the GT they sit in, logits in the ranges a trained head produces (the assigner's
 tests and benchmark). `random_targets`: a training batch's targets (the training-step benchmarks and
-tests). Tests import it as `benchmarks.inputs` (pytest puts tools/ on the path).
+tests). Tests import it as `benchmarks.kit.inputs` (pytest puts the repository root on the path).
 """
 
 from __future__ import annotations

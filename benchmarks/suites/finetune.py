@@ -57,9 +57,9 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from benchmarks.fidelity import add_recipe_arguments, spread
-from benchmarks.fidelity import recipe as fidelity_recipe
-from benchmarks.yolox_official import require_official_yolox
+from benchmarks.kit.official import require_official_yolox
+from benchmarks.suites.fidelity import add_recipe_arguments, spread
+from benchmarks.suites.fidelity import recipe as fidelity_recipe
 from yolox_fast.core.results import read_results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,7 +232,7 @@ def official_job(spec: dict) -> dict:
     """Run in a subprocess of its own (`--job`): official's loop on its layout, from spec["weights"]."""
     import torch
 
-    from benchmarks.yolox_official import official_nano_exp, train_official, use_later_assignment_rule
+    from benchmarks.kit.official import official_nano_exp, train_official, use_later_assignment_rule
 
     torch.set_num_threads(spec["threads"])
     if spec.get("later_rule"):

@@ -51,7 +51,7 @@ alike; the median of the repeats is reported, and their range):
 - eval-process: seconds of one whole evaluation process per side, as a user types it, on the same
   generated validation images (--eval-images at nano's test size) and the same weights (those of the
   inference section): `tools/eval.py -c W -b B --conf 0.001 --fuse` against official's `tools/eval.py`
-  with the same flags (`benchmarks/official_eval.py`: its steps on a CPU). Everything a user waits for
+  with the same flags (`benchmarks/kit/official_eval.py`: its steps on a CPU). Everything a user waits for
   counts: start-up, imports, dataset and model loading, evaluation, and what each tool writes after
   (ours its report pictures and detections json). Fresh processes, alternated; each row also says its
   detections and AP, which must be equal.
@@ -77,13 +77,13 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.finetune import WEIGHTS
-from benchmarks.inputs import random_targets
-from benchmarks.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
-from benchmarks.repeats import alternate, value_range
-from benchmarks.train import setting
-from benchmarks.yolox_official import require_official_yolox
+from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.kit.inputs import random_targets
+from benchmarks.kit.measure import alternate, value_range
+from benchmarks.kit.official import require_official_yolox
+from benchmarks.kit.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
+from benchmarks.suites.finetune import WEIGHTS
+from benchmarks.suites.train import setting
 from yolox_fast.utils.metric import sync_device
 
 REPO = Path(__file__).resolve().parents[2]
@@ -288,8 +288,8 @@ def measure_data(args, root: Path) -> list[list]:
 # --------------------------------------------------------------------------- end to end
 def end_to_end_official(args, root: Path, epochs: int, batch: int) -> tuple[float, float]:
     """(img/s of official's loop after its first epoch, mean total loss of its last epoch's steps)."""
-    from benchmarks.fidelity import recipe
-    from benchmarks.yolox_official import official_nano_exp, train_official
+    from benchmarks.kit.official import official_nano_exp, train_official
+    from benchmarks.suites.fidelity import recipe
 
     fields = {**recipe(_recipe_args(args, epochs), 0), "data_dir": str(root), "eval_interval": 10**6,
               "train_ann": "instances_train2017.json", "val_ann": "instances_val2017.json"}  # fmt: skip
@@ -310,7 +310,7 @@ def end_to_end_ours(
     """(img/s of `tools/train.py` after its first epoch, mean total loss of its last epoch's steps, with
     `use_compile` the seconds its `--compile` run spent compiling as its log says after epoch 1, else
     None); `bf16`: the run with --bf16."""
-    from benchmarks.fidelity import recipe
+    from benchmarks.suites.fidelity import recipe
 
     fields = {**recipe(_recipe_args(args, epochs), 0), "dataset": str(dataset_json), "output_dir": str(out)}
     overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
@@ -378,7 +378,7 @@ def inference_state_dict(args, num_classes: int, evaluator) -> tuple[dict, str]:
     classes they name does not matter, both sides score the same boxes. Without it: official's
     initialisation, seeded.
     """
-    from benchmarks.yolox_official import official_nano_exp
+    from benchmarks.kit.official import official_nano_exp
     from yolox_fast.utils.checkpoint import load_checkpoint, model_state_dict
 
     torch.manual_seed(0)
@@ -422,7 +422,7 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
     from yolox.utils import fuse_model
     from yolox.utils import postprocess as official_postprocess
 
-    from benchmarks.yolox_official import official_detections, official_nano_exp, official_score
+    from benchmarks.kit.official import official_detections, official_nano_exp, official_score
     from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS, list_images
     from yolox_fast.exp import get_exp
     from yolox_fast.inference import Predictor, load_inference_model
@@ -551,7 +551,7 @@ def measure_eval_process(args, out: Path) -> tuple[list[list], str]:
     dataset_json = make_fidelity_set(out / f"eval_process_{n}_{size}", 0, n, size)
     root = dataset_json.parent
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools' "loading annotations" lines
-        from benchmarks.yolox_official import official_nano_exp
+        from benchmarks.kit.official import official_nano_exp
 
         official_evaluator = official_nano_exp({
             "num_classes": num_classes, "data_dir": str(root), "val_ann": "instances_val2017.json",
@@ -563,7 +563,7 @@ def measure_eval_process(args, out: Path) -> tuple[list[list], str]:
     common = ["-c", str(weights), "-b", str(batch), "--conf", "0.001", "--fuse", "--tsize", str(size)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     commands = {
-        "official": [sys.executable, str(REPO / "tools" / "benchmarks" / "official_eval.py"), "-n",
+        "official": [sys.executable, str(REPO / "benchmarks" / "kit" / "official_eval.py"), "-n",
                      "yolox-nano", *common, "data_dir", str(root), "val_ann", "instances_val2017.json",
                      "num_classes", str(num_classes), "data_num_workers", str(args.workers),
                      "output_dir", str(out / "eval_process_official")],

@@ -14,7 +14,7 @@ its graphs (their compile seconds in the row's name).
 "GFLOP/s" is the FLOPs of one step's forward + backward per image (torch's FlopCounterMode, counted once on
 a batch of 2: they scale linearly with the batch; the SGD step's elementwise work is not counted) times
 img/s; "of peak" divides it by the matmul / 3x3-conv peak measured in the same run, same device, threads
-and dtype (`benchmarks.peak`; `--peak-repeats`).
+and dtype (`benchmarks.kit.peak`; `--peak-repeats`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import time
 import torch
 from tabulate import tabulate
 
-from benchmarks.inputs import random_targets
-from benchmarks.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
-from benchmarks.simota import CpuPeak, peak_bytes
+from benchmarks.kit.inputs import random_targets
+from benchmarks.kit.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
+from benchmarks.suites.simota import CpuPeak, peak_bytes
 from yolox_fast.exp import get_exp
 from yolox_fast.models.losses import YOLOXLoss
 from yolox_fast.models.simota import simota_assign

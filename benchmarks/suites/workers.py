@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.repeats import alternate, value_range
-from benchmarks.train import setting
+from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.kit.measure import alternate, value_range
+from benchmarks.suites.train import setting
 from yolox_fast.exp import get_exp
 
 

@@ -10,7 +10,7 @@ reported (other processes only ever slow a round down), so the speed-up column c
 on a machine whose load changes; the range column shows the spread. Weights are random (throughput does
 not depend on them, except for the NMS share).
 
-"GFLOP/s" is the model's counted forward FLOPs per image at tsize x tsize (`benchmarks.peak`) times the
+"GFLOP/s" is the model's counted forward FLOPs per image at tsize x tsize (`benchmarks.kit.peak`) times the
 end-to-end images/s (letterbox and NMS included, so it is a lower bound for the network alone); "of peak"
 divides it by the matmul / 3x3-conv peak measured in the same run on the same device and threads.
 """
@@ -27,7 +27,7 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
-from benchmarks.peak import achieved_columns, forward_flops_per_image, measured_peak, peak_line
+from benchmarks.kit.peak import achieved_columns, forward_flops_per_image, measured_peak, peak_line
 from yolox_fast.exp import get_exp
 from yolox_fast.inference import Predictor
 from yolox_fast.models.network_blocks import fuse_model

@@ -1,6 +1,6 @@
 """Official YOLOX 0.3.0's `tools/eval.py`, one process, on a CPU: its flags, its steps, in its order.
 
-    $(tools/setup_yolox_reference.sh) tools/benchmarks/official_eval.py -n yolox-nano -c W.pth -b 16 \
+    $(tools/setup_yolox_reference.sh) benchmarks/kit/official_eval.py -n yolox-nano -c W.pth -b 16 \
         --conf 0.001 --fuse --tsize 416 data_dir DIR val_ann instances_val2017.json num_classes 4
 
 Official's `python -m yolox.tools.eval` cannot run on a machine without CUDA (`torch.cuda.set_device`,
@@ -8,7 +8,7 @@ Official's `python -m yolox.tools.eval` cannot run on a machine without CUDA (`t
 `main` runs, with its own parser and exp merge, and only the CUDA calls left out: the logger set up in the
 output folder, the model summary (thop FLOPs) and structure logged, the evaluator with per-class AP/AR, the
 checkpoint loaded, `fuse_model` with --fuse, then COCOEvaluator.evaluate's inference and scoring
-(`benchmarks.yolox_official.official_detections` and its `evaluate_prediction`, whose summary is logged).
+(`benchmarks.kit.official.official_detections` and its `evaluate_prediction`, whose summary is logged).
 The last line printed is machine-readable: `detections N AP50:95 X AP50 Y`.
 """
 
@@ -20,8 +20,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `benchmarks` when run as a script
-
 
 def main(argv: list[str]) -> None:
     from loguru import logger
@@ -29,7 +27,7 @@ def main(argv: list[str]) -> None:
     from yolox.tools.eval import make_parser
     from yolox.utils import fuse_model, get_model_info, setup_logger
 
-    from benchmarks.yolox_official import official_detections
+    from benchmarks.kit.official import official_detections
 
     args = make_parser().parse_args(argv)
     exp = get_exp(args.exp_file, args.name)
@@ -63,4 +61,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sys.path[0] = str(Path(__file__).resolve().parents[2])  # `benchmarks` from the repository root
     main(sys.argv[1:])

@@ -40,11 +40,11 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
-from benchmarks.fidelity_data import make_fidelity_set
-from benchmarks.inputs import random_targets
-from benchmarks.simota import official_assigner, run_table, table_headers
-from benchmarks.train import grad_checkpoint_peak
-from benchmarks.vs_yolox import official_step, ours_step
+from benchmarks.kit.fidelity_data import make_fidelity_set
+from benchmarks.kit.inputs import random_targets
+from benchmarks.suites.simota import official_assigner, run_table, table_headers
+from benchmarks.suites.train import grad_checkpoint_peak
+from benchmarks.suites.vs_yolox import official_step, ours_step
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
@@ -276,7 +276,7 @@ def deploy_rows(args, device: torch.device) -> list[list]:
 def oom_rows(args, device: torch.device) -> list[list]:
     if device.type != "cuda":
         return [["oom retry", "-", "n/a on CPU (no out-of-memory error to catch)", "", "", "", ""]]
-    from benchmarks.inputs import make_inputs
+    from benchmarks.kit.inputs import make_inputs
 
     batch = make_inputs(args.oom_images, 640, 80, device=device)
     expected = simota_assign(**batch, max_bytes=2**40)

@@ -32,7 +32,7 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
-from benchmarks.inputs import make_inputs  # the batches the tests check the assigner on
+from benchmarks.kit.inputs import make_inputs  # the batches the tests check the assigner on
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp

@@ -29,10 +29,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from benchmarks.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.repeats import alternate, value_range
+from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.kit.measure import alternate, value_range
 
-TOOLS = Path(__file__).resolve().parents[1]
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
 SIDES = ("default", "kept")
 
 

@@ -428,7 +428,7 @@ def measure_eval(side: str, root: str, per_image: int, index_dir: str) -> dict:
 def _sides(args) -> list[str]:
     sides = args.sides.split(",")
     if "official" in sides:
-        from benchmarks.yolox_official import require_official_yolox
+        from benchmarks.kit.official import require_official_yolox
 
         require_official_yolox("scale")
     return sides
