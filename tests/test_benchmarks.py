@@ -3,12 +3,16 @@ ratio against its baseline; the ones that need official YOLOX say how to run the
 tested here (the reference side runs in test_vs_yolox.py). Timings are printed, never asserted."""
 
 import json
+import os
 import re
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.__main__ import SUITES, main
 from benchmarks.kit import official as yolox_official
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
 from benchmarks.suites import fidelity, finetune
@@ -17,16 +21,23 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(capsys, *argv: str) -> str:
-    """`python tools/benchmark.py argv...` in this process; its printed output."""
-    import sys
-
-    saved = sys.argv
-    sys.argv = ["benchmark.py", *argv]
-    try:
-        runpy.run_path(str(REPO / "tools" / "benchmark.py"), run_name="__main__")
-    finally:
-        sys.argv = saved
+    """`python -m benchmarks argv...` in this process; its printed output."""
+    main(list(argv))
     return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["-m", "benchmarks"], [str(REPO / "tools" / "benchmark.py")]])
+def test_the_dispatcher_lists_every_suite_with_what_it_measures(command, tmp_path):
+    """`python -m benchmarks` (from the repository root) and `tools/benchmark.py` (from anywhere): -h lists
+    each suite on a line of its own; without a suite, the same and exit status 2."""
+    cwd = REPO if command[0] == "-m" else tmp_path
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for flags, status in ((["--help"], 0), ([], 2)):
+        done = subprocess.run([sys.executable, *command, *flags], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == status, done.stdout + done.stderr
+        rows = [line.split() for line in done.stdout.split("\nsuites:\n")[1].splitlines()[: len(SUITES)]]
+        assert [row[0] for row in rows] == list(SUITES) and all(len(row) > 3 for row in rows), done.stdout
 
 
 def test_simota_benchmark_prints_the_ratio_to_the_reference(capsys):
