@@ -1,18 +1,22 @@
-"""The inputs the benchmarks and the tests share: training-shaped random batches.
+"""The inputs the benchmarks and the tests share: training-shaped random batches, and the trained weights the
+suites on real photos start from.
 
 `make_inputs`: SimOTA's arguments, 5-40 GTs per image (padded to 120) with log-uniform sizes, predicted
 boxes jittered around the GT they sit in, logits in the ranges a trained head produces (the assigner's
 tests and benchmark). `random_targets`: a training batch's targets (the training-step benchmarks and
-tests). Tests import it as `benchmarks.kit.inputs` (pytest puts the repository root on the path).
+tests). `WEIGHTS`: official's COCO-trained nano (its layout), next to the repository in ../shared/weights.
+Tests import it as `benchmarks.kit.inputs` (pytest puts the repository root on the path).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 
 STRIDES = (8, 16, 32)
+WEIGHTS = Path(__file__).resolve().parents[3] / "shared" / "weights" / "yolox_nano_coco.pth"
 
 
 def anchor_grid(size: int, device="cpu"):

@@ -27,6 +27,7 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
+from benchmarks.kit.measure import alternate, value_range
 from benchmarks.kit.peak import achieved_columns, forward_flops_per_image, measured_peak, peak_line
 from yolox_fast.exp import get_exp
 from yolox_fast.inference import Predictor
@@ -101,15 +102,19 @@ def main(argv=None) -> None:
     )
 
     settings = [(layout, b) for layout in layouts for b in args.batch_sizes]
-    runs = {s: [] for s in settings}
     for layout, b in settings:  # warm-up: oneDNN picks and caches kernels per shape and layout
         predictors[layout].model.to(memory_format=predictors[layout].memory_format)
         predictors[layout].predict(images[:b])
-    for _ in range(args.rounds):
-        for layout, b in settings:
+
+    def measure(layout: str, b: int):
+        def run() -> float:
             # the uncompiled predictors share one model: put it in this setting's memory format
             predictors[layout].model.to(memory_format=predictors[layout].memory_format)
-            runs[(layout, b)].append(images_per_second(predictors[layout], images, b))
+            return images_per_second(predictors[layout], images, b)
+
+        return run
+
+    runs = alternate({s: measure(*s) for s in settings}, args.rounds)
     dtype = amp_dtype(device, fp16=args.fp16)
     flops = forward_flops_per_image(model, (args.tsize, args.tsize), device, dtype)
     peak = measured_peak(device, dtype)
@@ -117,7 +122,7 @@ def main(argv=None) -> None:
     rows = []
     for layout, b in settings:
         ips = max(runs[(layout, b)])
-        spread = f"{min(runs[(layout, b)]):.1f}-{max(runs[(layout, b)]):.1f}"
+        spread = value_range(runs[(layout, b)], 1)
         rows.append(
             (
                 layout,

@@ -57,15 +57,16 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from benchmarks.kit.inputs import WEIGHTS
+from benchmarks.kit.measure import spread
 from benchmarks.kit.official import require_official_yolox
-from benchmarks.suites.fidelity import add_recipe_arguments, spread
-from benchmarks.suites.fidelity import recipe as fidelity_recipe
+from benchmarks.kit.recipe import add_recipe_arguments
+from benchmarks.kit.recipe import recipe as fidelity_recipe
 from yolox_fast.core.results import read_results
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 RACCOON = SHARED / "real" / "raccoon"
-WEIGHTS = SHARED / "weights" / "yolox_nano_coco.pth"
 EXAMPLE_EXP = REPO / "exps" / "example" / "finetune_nano.py"
 ROWS = ("official", "official-later", "ours", "official-file")
 DEFAULT_ROWS = ROWS[:3]

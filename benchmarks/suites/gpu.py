@@ -40,11 +40,11 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
+from benchmarks.kit.assigner import official_assigner, run_table, table_headers
 from benchmarks.kit.fidelity_data import make_fidelity_set
-from benchmarks.kit.inputs import random_targets
-from benchmarks.suites.simota import official_assigner, run_table, table_headers
-from benchmarks.suites.train import grad_checkpoint_peak
-from benchmarks.suites.vs_yolox import official_step, ours_step
+from benchmarks.kit.inputs import make_inputs, random_targets
+from benchmarks.kit.measure import timed
+from benchmarks.kit.steps import grad_checkpoint_peak, official_step, ours_step
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
@@ -89,17 +89,11 @@ def iteration_rows(args, device: torch.device, amp_dtype) -> list[list]:
         ref_model.head.loss_fn = dataclasses.replace(ref_model.head.loss_fn, assigner=simota_assign_reference)
         seconds, peaks = {}, {}
         for name, step in steps.items():  # one side at a time: its peak memory is its own
+            measure = timed(lambda step=step: step(imgs, targets.clone()), device=device)
             for _ in range(args.warmup):
-                step(imgs, targets.clone())
-            sync_device(device)
+                measure()
             _peak_reset(device)
-            times = []
-            for _ in range(args.repeats):
-                sync_device(device)
-                t0 = time.perf_counter()
-                step(imgs, targets.clone())
-                sync_device(device)
-                times.append(time.perf_counter() - t0)
+            times = [measure() for _ in range(args.repeats)]
             seconds[name], peaks[name] = statistics.median(times), _peak_mib(device)
             steps[name] = None  # free the side before the next is measured
             if device.type == "cuda":
@@ -276,8 +270,6 @@ def deploy_rows(args, device: torch.device) -> list[list]:
 def oom_rows(args, device: torch.device) -> list[list]:
     if device.type != "cuda":
         return [["oom retry", "-", "n/a on CPU (no out-of-memory error to catch)", "", "", "", ""]]
-    from benchmarks.kit.inputs import make_inputs
-
     batch = make_inputs(args.oom_images, 640, 80, device=device)
     expected = simota_assign(**batch, max_bytes=2**40)
     torch.cuda.empty_cache()

@@ -42,6 +42,8 @@ import numpy as np
 import psutil
 from tabulate import tabulate
 
+from benchmarks.kit.measure import reset_rss_peak, status_kib
+
 MIB = float(1 << 20)
 PARTS = ("start", "worker", "loader", "ranks")
 # instance counts of COCO train2017's 80 categories (in id order, approximately as published): the class
@@ -174,20 +176,10 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def _reset_peak() -> None:
-    """Start the process's peak resident size (VmHWM) again from its current size (Linux 4.0+). getrusage's
-    ru_maxrss would not do: a child starts with its parent's, here the generator's peak."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def _peak_rss() -> int:
-    """The process's peak resident size in bytes since `_reset_peak`."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    """The process's peak resident size in bytes since `reset_rss_peak` (a child starts with its parent's,
+    here the generator's peak: reset it first)."""
+    return status_kib("VmHWM:") * 1024
 
 
 def _tree_pss(pid: int) -> int:
@@ -249,7 +241,7 @@ def measure_start(side: str, root: str, size: int, index_dir: str) -> dict:
     _import_side(side)
     gc.collect()
     before = _rss()
-    _reset_peak()
+    reset_rss_peak()
     t0 = time.perf_counter()
     dataset, _ = _build(side, root, size, index_dir)
     seconds = time.perf_counter() - t0
@@ -397,7 +389,7 @@ def measure_eval(side: str, root: str, per_image: int, index_dir: str) -> dict:
         from yolox.evaluators import COCOEvaluator
     gc.collect()
     before = _rss()
-    _reset_peak()
+    reset_rss_peak()
     t0 = time.perf_counter()
     if side == "ours":
         ds = OurDataset(root, "val2017", "instances_val2017.json", for_eval=True, index_dir=index_dir)

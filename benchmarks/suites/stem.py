@@ -27,8 +27,8 @@ from collections.abc import Callable
 import torch
 from tabulate import tabulate
 
-from benchmarks.kit.measure import alternate, value_range
-from benchmarks.suites.train import setting, step_inputs
+from benchmarks.kit.measure import alternate, setting, value_range
+from benchmarks.kit.steps import step_inputs
 from yolox_fast.models.network_blocks import Focus, fuse_model, space_to_depth
 
 SIDES = ("phases, then conv", "strided conv")

@@ -26,10 +26,9 @@ import time
 import torch
 from tabulate import tabulate
 
-from benchmarks.kit.inputs import random_targets
+from benchmarks.kit.measure import setting
 from benchmarks.kit.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
-from benchmarks.suites.simota import CpuPeak, peak_bytes
-from yolox_fast.exp import get_exp
+from benchmarks.kit.steps import grad_checkpoint_peak, step_inputs
 from yolox_fast.models.losses import YOLOXLoss
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
@@ -53,31 +52,6 @@ def timed_loss(loss: YOLOXLoss, assigner, loss_seconds: list, sync):
         return out
 
     return loss_fn
-
-
-def setting(device: torch.device, amp_dtype) -> str:
-    """Where and in which precision a benchmark runs, for its heading: "CPU, 2 threads, fp32"."""
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"CPU, {torch.get_num_threads()} threads"
-    )
-    return f"{where}, {str(amp_dtype).replace('torch.', '') if amp_dtype else 'fp32'}"
-
-
-def step_inputs(args, batch: int, device: torch.device, name: str = "yolox-nano"):
-    """(model `name` in train mode, images (batch, 3, size, size) 0-255, targets) on `device`, seeded
-    by `batch`."""
-    exp = get_exp(exp_name=name)
-    exp.num_classes = args.num_classes
-    torch.manual_seed(0)
-    # the trainer's layout: NHWC weights and images when exp.channels_last (the default)
-    layout = torch.channels_last if exp.channels_last else torch.contiguous_format
-    model = exp.get_model().to(device, memory_format=layout).train()
-    gen = torch.Generator().manual_seed(batch)
-    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
-    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
-    return model, imgs.contiguous(memory_format=layout), targets
 
 
 def measure(
@@ -120,23 +94,6 @@ def measure(
     loss_share = sum(loss_seconds) / args.iters / seconds
     return {"s_per_iter": seconds, "img_s": batch / seconds, "peak_mib": peak, "loss_share": loss_share,
             "compile_s": compile_s}  # fmt: skip
-
-
-def grad_checkpoint_peak(
-    args, batch: int, enabled: bool, device: torch.device, amp_dtype, name: str = "yolox-nano"
-) -> int:
-    """Extra memory (bytes) at the peak of one forward + backward at `batch`, checkpointing on or off."""
-    model, imgs, targets = step_inputs(args, batch, device, name)
-    model.set_grad_checkpointing(enabled)
-
-    def step() -> None:
-        with amp.autocast(device, amp_dtype):
-            loss = model(imgs, targets)["total_loss"]
-        loss.backward()
-        model.zero_grad(set_to_none=False)
-
-    step()  # gradients allocated, kernels chosen: the peak below is the activations'
-    return peak_bytes(step, device, None if device.type == "cuda" else CpuPeak())
 
 
 def print_grad_checkpoint_saving(args, batches, device: torch.device, amp_dtype) -> None:

@@ -78,12 +78,12 @@ import torch
 from tabulate import tabulate
 
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.kit.inputs import random_targets
-from benchmarks.kit.measure import alternate, value_range
+from benchmarks.kit.inputs import WEIGHTS, random_targets
+from benchmarks.kit.measure import alternate, median_and_range, ratio, setting, timed, value_range
 from benchmarks.kit.official import require_official_yolox
 from benchmarks.kit.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
-from benchmarks.suites.finetune import WEIGHTS
-from benchmarks.suites.train import setting
+from benchmarks.kit.recipe import recipe, recipe_args
+from benchmarks.kit.steps import official_step, ours_step
 from yolox_fast.utils.metric import sync_device
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,58 +94,6 @@ BF16_SIDE = "ours, --bf16 (autocast; official has none on a CPU)"
 
 
 # --------------------------------------------------------------------------- iteration
-def official_step(device: torch.device, num_classes: int, amp_dtype, name: str = "yolox-nano"):
-    """(model, a function doing one official training step on (imgs, targets))."""
-    from yolox.exp import get_exp as official_get_exp
-    from yolox.utils import ModelEMA
-
-    exp = official_get_exp(None, name)
-    exp.num_classes = num_classes
-    model = exp.get_model().to(device).train()
-    optimizer = exp.get_optimizer(64)
-    ema = ModelEMA(model, 0.9998)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-
-    def step(imgs, targets) -> None:
-        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            loss = model(imgs, targets)["total_loss"]
-        optimizer.zero_grad()
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        ema.update(model)
-
-    return model, step
-
-
-def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict, name: str = "yolox-nano"):
-    """(model, a function doing one of our training steps on (imgs, targets)), from `state_dict`."""
-    from yolox_fast.exp import get_exp
-    from yolox_fast.utils import amp
-    from yolox_fast.utils.ema import ModelEMA
-
-    exp = get_exp(exp_name=name)
-    exp.num_classes = num_classes
-    model = exp.get_model()
-    model.load_state_dict(state_dict)
-    memory_format = torch.channels_last if exp.channels_last else torch.contiguous_format
-    model.to(device, memory_format=memory_format).train()
-    optimizer = exp.get_optimizer(64)
-    ema = ModelEMA(model, 0.9998)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-
-    def step(imgs, targets) -> None:
-        with amp.autocast(device, amp_dtype):
-            loss = model(imgs.contiguous(memory_format=memory_format), targets)["total_loss"]
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        ema.update(model)
-
-    return model, step
-
-
 def trainer_step(args, device: torch.device, batch, root: Path, out: Path, state_dict):
     """`Trainer.train_one_iter` on a fixed batch: a Trainer set up on the generated set, its batch stream
     replaced by the batch (so no data time is counted), its model given the same weights."""
@@ -195,21 +143,10 @@ def measure_iteration(
         trainer, ours_trainer = trainer_step(
             args, device, (imgs, targets), dataset_json, out, official_model.state_dict()
         )
-
-        def timed(fn: Callable[[], None]) -> Callable[[], float]:
-            def run() -> float:
-                sync_device(device)
-                t0 = time.perf_counter()
-                fn()
-                sync_device(device)
-                return time.perf_counter() - t0
-
-            return run
-
         sides = {
-            "official": timed(lambda: official(imgs, targets.clone())),
-            "ours": timed(lambda: ours(imgs, targets)),
-            "ours, trainer": timed(ours_trainer),
+            "official": timed(lambda: official(imgs, targets.clone()), device=device),
+            "ours": timed(lambda: ours(imgs, targets), device=device),
+            "ours, trainer": timed(ours_trainer, device=device),
         }
         alternate(sides, args.warmup)
         repeats = alternate(sides, args.repeats)
@@ -218,7 +155,7 @@ def measure_iteration(
             rates = [batch_size / t for t in repeats[name]]
             rows.append([
                 batch_size, name, f"{seconds:.3f}", f"{batch_size / seconds:.1f}", value_range(rates, 1),
-                f"{times['official'] / seconds:.2f}x",
+                ratio(times["official"], seconds),
                 f"{100 * (seconds / times['ours'] - 1):+.1f}%" if name == "ours, trainer" else "",
                 *achieved_columns(flops_per_image, batch_size / seconds, peak),
             ])  # fmt: skip
@@ -263,13 +200,7 @@ def measure_data(args, root: Path) -> list[list]:
     counter = itertools.count()
 
     def per_sample(pipeline, item: Callable[[int], object]) -> Callable[[], float]:
-        def run() -> float:
-            t0 = time.process_time()
-            for _ in range(args.samples):
-                pipeline[item(next(counter) % n)]
-            return (time.process_time() - t0) / args.samples
-
-        return run
+        return timed(lambda: pipeline[item(next(counter) % n)], args.samples, clock=time.process_time)
 
     official.enable_mosaic = True
     sides = {
@@ -279,19 +210,15 @@ def measure_data(args, root: Path) -> list[list]:
     alternate(sides, 1)
     repeats = {k: [1000 * x for x in v] for k, v in alternate(sides, args.data_repeats).items()}
     ms = {k: statistics.median(v) for k, v in repeats.items()}
-    return [
-        [name, f"{v:.2f}", value_range(repeats[name], 2), f"{ms['official'] / v:.2f}x"]
-        for name, v in ms.items()
-    ]
+    return [[name, *median_and_range(repeats[name], 2), ratio(ms["official"], v)] for name, v in ms.items()]
 
 
 # --------------------------------------------------------------------------- end to end
 def end_to_end_official(args, root: Path, epochs: int, batch: int) -> tuple[float, float]:
     """(img/s of official's loop after its first epoch, mean total loss of its last epoch's steps)."""
     from benchmarks.kit.official import official_nano_exp, train_official
-    from benchmarks.suites.fidelity import recipe
 
-    fields = {**recipe(_recipe_args(args, epochs), 0), "data_dir": str(root), "eval_interval": 10**6,
+    fields = {**end_to_end_recipe(args, epochs), "data_dir": str(root), "eval_interval": 10**6,
               "train_ann": "instances_train2017.json", "val_ann": "instances_val2017.json"}  # fmt: skip
     epochs_done, info = train_official(official_nano_exp(fields), batch, 0)
     seconds = sum(e["train_seconds"] for e in epochs_done[1:])
@@ -310,9 +237,7 @@ def end_to_end_ours(
     """(img/s of `tools/train.py` after its first epoch, mean total loss of its last epoch's steps, with
     `use_compile` the seconds its `--compile` run spent compiling as its log says after epoch 1, else
     None); `bf16`: the run with --bf16."""
-    from benchmarks.suites.fidelity import recipe
-
-    fields = {**recipe(_recipe_args(args, epochs), 0), "dataset": str(dataset_json), "output_dir": str(out)}
+    fields = {**end_to_end_recipe(args, epochs), "dataset": str(dataset_json), "output_dir": str(out)}
     overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
     flags = ["--compile", "compile_backend", args.compile_backend] if use_compile else []
     flags += ["--bf16"] if bf16 else []
@@ -334,13 +259,11 @@ def end_to_end_ours(
     return len(later) * batch / sum(later), sum(last_losses) / len(last_losses), compile_seconds
 
 
-def _recipe_args(args, epochs: int) -> argparse.Namespace:
-    """The fidelity benchmark's recipe fields, at this benchmark's sizes."""
-    return argparse.Namespace(
-        size=args.size, mosaic_prob=0.5, mosaic_scale=[0.5, 1.5], degrees=10.0, translate=0.1, shear=2.0,
-        warmup_epochs=1, no_aug_epochs=0, epochs=epochs, basic_lr_per_img=0.05 / 64, min_lr_ratio=0.05,
-        eval_interval=10**6, workers=args.workers,
-    )  # fmt: skip
+def end_to_end_recipe(args, epochs: int) -> dict:
+    """The exp fields of both sides' end-to-end runs: the fidelity suite's recipe at this one's sizes, seed 0,
+    no evaluation."""
+    return recipe(recipe_args(size=args.size, epochs=epochs, no_aug_epochs=0, eval_interval=10**6,
+                              workers=args.workers), 0)  # fmt: skip
 
 
 def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[list]:
@@ -363,8 +286,8 @@ def measure_end_to_end(args, root: Path, dataset_json: Path, out: Path) -> list[
         name = f"ours, --compile ({args.compile_backend}; epoch 1 untimed: {seconds:.0f} s compiling)"
         runs[name] = [(rate, loss) for rate, loss, _ in compiled]
     rates = {k: statistics.median(rate for rate, _ in v) for k, v in runs.items()}
-    return [[name, f"{r:.2f}", value_range([rate for rate, _ in runs[name]], 2),
-             f"{r / rates['official']:.2f}x", f"{statistics.median(loss for _, loss in runs[name]):.3f}"]
+    return [[name, *median_and_range([rate for rate, _ in runs[name]], 2), ratio(r, rates["official"]),
+             f"{statistics.median(loss for _, loss in runs[name]):.3f}"]
             for name, r in rates.items()]  # fmt: skip
 
 
@@ -534,7 +457,7 @@ def measure_inference(args, device: torch.device, out: Path) -> tuple[list[list]
     for (task, name, b), rates in repeats.items():
         median = statistics.median(rates)
         detections, *ap = found[(task, name, b)]
-        rows.append([task, name, b, f"{median:.1f}", value_range(rates, 1), f"{median / official[task]:.2f}x",
+        rows.append([task, name, b, *median_and_range(rates, 1), ratio(median, official[task]),
                      detections, *(f"{x:.4f}" for x in ap)])  # fmt: skip
     what = (
         f"{n} generated validation images at {size} px, weights: {weights_text}; fp32, {args.threads} torch "
@@ -590,8 +513,8 @@ def measure_eval_process(args, out: Path) -> tuple[list[list], str]:
     rows = []
     for name, values in seconds.items():
         median = statistics.median(values)
-        rows.append([name, f"{median:.1f}", value_range(values, 1), f"{n / median:.1f}",
-                     f"{official / median:.2f}x", *found[name]])  # fmt: skip
+        rows.append([name, *median_and_range(values, 1), f"{n / median:.1f}", ratio(official, median),
+                     *found[name]])  # fmt: skip
     what = (
         f"one `tools/eval.py -b {batch} --conf 0.001 --fuse` process per side, {n} generated validation "
         f"images at {size} px, weights: {weights_text}; fp32, {args.threads} torch threads, "

@@ -26,8 +26,7 @@ import torch
 from tabulate import tabulate
 
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.kit.measure import alternate, value_range
-from benchmarks.suites.train import setting
+from benchmarks.kit.measure import alternate, setting, value_range
 from yolox_fast.exp import get_exp
 
 
