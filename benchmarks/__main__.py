@@ -23,9 +23,10 @@ SUITES = {
     "vs-yolox": ("vs_yolox", (), "speed against official YOLOX 0.3.0"),
     "deploy": ("deploy", (), "each export format and precision: AP, latency, throughput, size vs PyTorch"),
     "gpu": ("gpu", (), "every GPU figure the docs claim, one table (tools/gpu_check.sh runs it)"),
-    "workers": ("workers", (), "training iterations with the loader workers at nice 0 vs nice 19"),
-    "allocator": ("allocator", (), "demo and evaluation with glibc keeping freed memory vs its default"),
-    "stem": ("stem", (), "the Focus stem as one strided conv vs phases stacked, then the conv"),
+    "ab": ("ab", (), "one change vs its baseline, alternated round by round: ab {stem,workers,allocator}"),
+    "workers": ("ab", ("workers",), "= ab workers: training, loader workers at nice 0 vs nice 19"),
+    "allocator": ("ab", ("allocator",), "= ab allocator: demo and eval, glibc keeping freed memory or not"),
+    "stem": ("ab", ("stem",), "= ab stem: the Focus stem as one strided conv vs phases, then the conv"),
     "scale": ("scale", (), "the data path at COCO's size against official YOLOX 0.3.0"),
     "track": ("track", (), "ByteTrack vs a plain IoU tracker on generated videos: MOTA, IDF1, time"),
 }

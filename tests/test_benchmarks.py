@@ -6,6 +6,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -57,7 +58,8 @@ def test_train_benchmark_prints_both_assigners(capsys):
 
 
 def test_workers_benchmark_times_both_worker_priorities(capsys, tmp_path):
-    out = run(capsys, "workers", "--size", "64", "--batch", "2", "--workers", "1", "--images", "8",
+    """`ab workers`, which `workers` names (the stem and allocator tests use those names)."""
+    out = run(capsys, "ab", "workers", "--size", "64", "--batch", "2", "--workers", "1", "--images", "8",
               "--steps", "1", "--repeats", "1", "--out", str(tmp_path))  # fmt: skip
     assert re.search(r"^\| nice 0 +\| \d+\.\d+ +\|.*\| 1\.00x +\|$", out, re.M), out
     assert re.search(r"^\| nice 19 +\| \d+\.\d+ +\|.*\| \d+\.\d+x +\|$", out, re.M), out
@@ -228,6 +230,36 @@ def test_every_module_of_the_package_and_the_tools_imports():
         runpy.run_path(str(script), run_name=f"tools_{script.stem}")
     assert "benchmarks.suites.gpu" in names and "yolox_fast.core.trainer" in names
     assert "train" in [script.stem for script in scripts]
+
+
+def suite_imports(benchmarks: Path = REPO / "benchmarks") -> list[str]:
+    """'file:line module' for each import in `benchmarks` of a suite (benchmarks.suites.*, relative imports
+    made absolute) by a suite other than itself or by the kit, read with `ast` (imports inside functions
+    count); the suites share code through benchmarks.kit only."""
+    from test_layering import imported_modules
+
+    found = []
+    for path in sorted(benchmarks.rglob("*.py")):
+        own = ".".join(path.relative_to(benchmarks.parent).with_suffix("").parts)
+        for line, module in imported_modules(path, benchmarks):
+            names = module.split(".")
+            if names[:2] == ["benchmarks", "suites"] and len(names) > 2 and ".".join(names[:3]) != own:
+                found.append(f"{path.relative_to(benchmarks)}:{line} {module}")
+    return sorted(set(found))
+
+
+def test_no_suite_imports_another_and_the_kit_imports_none(tmp_path):
+    assert suite_imports() == []
+    # the check sees what it is for: a suite importing another, absolutely or relatively, or the kit a suite
+    copy = tmp_path / "benchmarks"
+    shutil.copytree(REPO / "benchmarks", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copy / "suites" / "train.py", "a") as f:
+        f.write("\n\ndef f():\n    from .simota import run_budget\n")
+    with open(copy / "kit" / "steps.py", "a") as f:
+        f.write("\nimport benchmarks.suites.ab\n")
+    assert [found.split(" ")[1] for found in suite_imports(copy)] == [
+        "benchmarks.suites.ab", "benchmarks.suites.simota", "benchmarks.suites.simota.run_budget"
+    ]  # fmt: skip
 
 
 def test_scale_set_is_coco_shaped_and_reads_back_box_for_box(tmp_path):

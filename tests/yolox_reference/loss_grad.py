@@ -18,7 +18,7 @@ import dataclasses
 import common
 import torch
 
-from benchmarks.suites.stem import with_phases_stem
+from benchmarks.suites.ab import with_phases_stem
 
 NUM_CLASSES = 4
 SIZE = (160, 224)  # (H, W): non-square, so a transposed grid would show
