@@ -4,8 +4,9 @@ suites on real photos start from.
 `make_inputs`: SimOTA's arguments, 5-40 GTs per image (padded to 120) with log-uniform sizes, predicted
 boxes jittered around the GT they sit in, logits in the ranges a trained head produces (the assigner's
 tests and benchmark). `random_targets`: a training batch's targets (the training-step benchmarks and
-tests). `WEIGHTS`: official's COCO-trained nano (its layout), next to the repository in ../shared/weights.
-Tests import it as `benchmarks.kit.inputs` (pytest puts the repository root on the path).
+tests), `random_batch` images with them. `WEIGHTS`: official's COCO-trained nano (its layout), next to the
+repository in ../shared/weights. Tests import it as `benchmarks.kit.inputs` (pytest puts the repository root
+on the path).
 """
 
 from __future__ import annotations
@@ -99,3 +100,10 @@ def random_targets(
         targets[i, :n, 1:3] = centre
         targets[i, :n, 3:5] = wh
     return targets
+
+
+def random_batch(batch: int, size: int, num_classes: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images (batch, 3, size, size) 0-255, `random_targets`) on `device`, seeded by `batch`."""
+    gen = torch.Generator().manual_seed(batch)
+    imgs = (torch.rand(batch, 3, size, size, generator=gen) * 255).to(device)
+    return imgs, random_targets(batch, size, num_classes, gen).to(device)

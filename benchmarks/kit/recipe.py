@@ -13,32 +13,15 @@ def recipe(args, seed: int) -> dict:
     """The exp fields both sides get (official attribute names = yolox_fast's)."""
     size = (args.size, args.size)
     return {
-        "num_classes": len(CLASS_NAMES),
-        "input_size": size,
-        "test_size": size,
-        "multiscale_range": 0,
-        "random_size": (args.size // 32, args.size // 32),
-        "mosaic_prob": args.mosaic_prob,
-        "mosaic_scale": tuple(args.mosaic_scale),
-        "enable_mixup": False,
-        "degrees": args.degrees,
-        "translate": args.translate,
-        "shear": args.shear,
-        "hsv_prob": 1.0,
-        "flip_prob": 0.5,
-        "warmup_epochs": args.warmup_epochs,
-        "warmup_lr": 0,
-        "no_aug_epochs": args.no_aug_epochs,
-        "max_epoch": args.epochs,
-        "basic_lr_per_img": args.basic_lr_per_img,
-        "min_lr_ratio": args.min_lr_ratio,
-        "eval_interval": args.eval_interval,
-        "data_num_workers": args.workers,
-        "seed": seed,
-        "test_conf": 0.01,
-        "nmsthre": 0.65,
-        "ema": True,
-    }
+        "num_classes": len(CLASS_NAMES), "input_size": size, "test_size": size, "multiscale_range": 0,
+        "random_size": (args.size // 32, args.size // 32), "mosaic_prob": args.mosaic_prob,
+        "mosaic_scale": tuple(args.mosaic_scale), "enable_mixup": False, "degrees": args.degrees,
+        "translate": args.translate, "shear": args.shear, "hsv_prob": 1.0, "flip_prob": 0.5,
+        "warmup_epochs": args.warmup_epochs, "warmup_lr": 0, "no_aug_epochs": args.no_aug_epochs,
+        "max_epoch": args.epochs, "basic_lr_per_img": args.basic_lr_per_img,
+        "min_lr_ratio": args.min_lr_ratio, "eval_interval": args.eval_interval,
+        "data_num_workers": args.workers, "seed": seed, "test_conf": 0.01, "nmsthre": 0.65, "ema": True,
+    }  # fmt: skip
 
 
 def add_recipe_arguments(parser: argparse.ArgumentParser, **defaults) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.kit.inputs import random_targets
+from benchmarks.kit.inputs import random_batch
 from benchmarks.kit.measure import CpuPeak, peak_bytes
 from yolox_fast.exp import get_exp
 from yolox_fast.utils import amp
@@ -22,9 +22,7 @@ def step_inputs(args, batch: int, device: torch.device, name: str = "yolox-nano"
     # the trainer's layout: NHWC weights and images when exp.channels_last (the default)
     layout = torch.channels_last if exp.channels_last else torch.contiguous_format
     model = exp.get_model().to(device, memory_format=layout).train()
-    gen = torch.Generator().manual_seed(batch)
-    imgs = (torch.rand(batch, 3, args.size, args.size, generator=gen) * 255).to(device)
-    targets = random_targets(batch, args.size, args.num_classes, gen).to(device)
+    imgs, targets = random_batch(batch, args.size, args.num_classes, device)
     return model, imgs.contiguous(memory_format=layout), targets
 
 

@@ -42,64 +42,40 @@ import json
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
+from benchmarks.kit.commands import tool
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
 from benchmarks.kit.measure import alternate, median_and_range, ratio, setting, timed
 from benchmarks.kit.steps import step_inputs
 from yolox_fast.exp import get_exp
 from yolox_fast.models.network_blocks import Focus, fuse_model, space_to_depth
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
 # row (None: the variant has one) -> side (the baseline first) -> the value of each round
 Values = dict[str | None, dict[str, list[float]]]
 
 
-@dataclass
-class Measured:
-    """What a variant measured, and the cells of its table beside the median, range and ratio: `middle(row,
-    side)` before the ratio, `after(row, side)` after it."""
-
-    values: Values
-    middle: Callable[[str | None, str], list[str]] = lambda row, side: []
-    after: Callable[[str | None, str], list[str]] = lambda row, side: []
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One A/B comparison: what it measures (`measure(args)`, None in a side's own process), its flags, the
-    table's headers and heading, the digits of its values, and whether they are rates (the ratio is change
-    over baseline) or times (baseline over change)."""
-
-    summary: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    measure: Callable[[argparse.Namespace], Measured | None]
-    heading: Callable[[argparse.Namespace], str]
-    headers: tuple[str, ...]
-    digits: int
-    rates: bool = False
-
-
-def table(variant: Variant, measured: Measured) -> list[list[str]]:
-    """Per row and side: [row, side, median, range, *middle, ratio to the baseline, *after]."""
+def print_table(heading: str, headers: tuple[str, ...], values: Values, digits: int, rates: bool = False,
+                middle=lambda row, side: [], after=lambda row, side: []) -> None:  # fmt: skip
+    """`heading`, then per row and side [row, side, median, range, *middle(row, side), ratio to the baseline
+    (`rates`: change over baseline, else times: baseline over change), *after(row, side)]."""
     rows = []
-    for row, sides in measured.values.items():
+    for row, sides in values.items():
         base = statistics.median(next(iter(sides.values())))
-        for side, values in sides.items():
-            median = statistics.median(values)
-            change = ratio(median, base) if variant.rates else ratio(base, median)
-            rows.append([*([] if row is None else [row]), side, *median_and_range(values, variant.digits),
-                         *measured.middle(row, side), change, *measured.after(row, side)])  # fmt: skip
-    return rows
+        for side, repeats in sides.items():
+            median = statistics.median(repeats)
+            change = ratio(median, base) if rates else ratio(base, median)
+            rows.append([*([] if row is None else [row]), side, *median_and_range(repeats, digits),
+                         *middle(row, side), change, *after(row, side)])  # fmt: skip
+    print(heading)
+    print(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
 
 
 # ------------------------------------------------------------------------------------------ stem
@@ -145,10 +121,7 @@ def stem_cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float |
 
         return run
 
-    stems = {
-        STEMS[0]: inference(phases.backbone.backbone.stem),
-        STEMS[1]: inference(strided.backbone.backbone.stem),
-    }
+    stems = {side: inference(m.backbone.backbone.stem) for side, m in zip(STEMS, (phases, strided))}
     out["stem, inference"] = (stems, relative_difference(stems[STEMS[0]](), stems[STEMS[1]]()))
     # the whole model's random-weight outputs hardly depend on its input: their difference would say nothing
     out["model, inference"] = ({STEMS[0]: inference(phases), STEMS[1]: inference(strided)}, None)
@@ -169,11 +142,8 @@ def stem_cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float |
 
         return run
 
-    stem_passes = {side: stem_pass(m) for side, m in train_models.items()}
-    out["stem, training"] = (
-        stem_passes,
-        relative_difference(stem_passes[STEMS[0]](), stem_passes[STEMS[1]]()),
-    )
+    passes = {side: stem_pass(m) for side, m in train_models.items()}
+    out["stem, training"] = (passes, relative_difference(passes[STEMS[0]](), passes[STEMS[1]]()))
 
     def step(m: torch.nn.Module) -> Callable[[], float]:
         optimizer = torch.optim.SGD(m.parameters(), lr=1e-6, momentum=0.9, nesterov=True, foreach=True)
@@ -188,10 +158,8 @@ def stem_cases(args) -> dict[str, tuple[dict[str, Callable[[], object]], float |
         return run
 
     first = [train_models[side](imgs, targets)["total_loss"].detach() for side in STEMS]
-    out["model, training step"] = (
-        {side: step(m) for side, m in train_models.items()},
-        relative_difference(*first),
-    )
+    steps = {side: step(m) for side, m in train_models.items()}
+    out["model, training step"] = (steps, relative_difference(*first))
     return out
 
 
@@ -204,7 +172,7 @@ def stem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=8, help="timed rounds per side")
 
 
-def measure_stem(args) -> Measured:
+def stem(args) -> None:
     """Milliseconds per call of each row's sides, alternated row by row; the sides' difference after."""
     torch.manual_seed(0)
     values: Values = {}
@@ -220,21 +188,13 @@ def measure_stem(args) -> Measured:
         shown = side == STEMS[1] and differences[row] is not None
         return [f"{differences[row]:.1e}" if shown else ""]
 
-    return Measured(values, after=difference)
-
-
-STEM = Variant(
-    summary="the Focus stem as one strided conv vs phases stacked, then the conv",
-    add_arguments=stem_arguments,
-    measure=measure_stem,
-    heading=lambda args: (
+    heading = (
         f"YOLOX-Nano's Focus stem, batch {args.batch}, inference at {args.infer_size} px (BatchNorm folded), "
         f"training at {args.train_size} px, NHWC, {setting(torch.device('cpu'), None)}; median and range of "
         f"{args.repeats} alternating rounds of {args.iters} calls"
-    ),
-    headers=("what", "stem", "ms", "range", "vs phases", "relative difference"),
-    digits=1,
-)
+    )
+    headers = ("what", "stem", "ms", "range", "vs phases", "relative difference")
+    print_table(heading, headers, values, 1, after=difference)
 
 
 # ------------------------------------------------------------------------------------------ workers
@@ -262,7 +222,7 @@ def workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="folder of the generated set (default: a temporary one)")
 
 
-def measure_workers(args) -> Measured:
+def workers(args) -> None:
     """Seconds per training iteration (data waiting included) of each side's loader, alternated."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
@@ -289,22 +249,14 @@ def measure_workers(args) -> Measured:
         seconds = alternate(
             {name: timed(lambda name=name: step(name), args.steps) for name in exps}, args.repeats
         )
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    return Measured({None: seconds}, middle=lambda _, side: [f"{args.batch / medians[side]:.1f}"])
-
-
-WORKERS = Variant(
-    summary="training iterations with the loader workers at nice 0 vs nice 19",
-    add_arguments=workers_arguments,
-    measure=measure_workers,
-    heading=lambda args: (
+    heading = (
         f"YOLOX-Nano training iterations at {args.size} px, batch {args.batch}, "
         f"{setting(torch.device('cpu'), None)}, {args.workers} loader workers at nice 0 and at nice "
         f"{args.nice}; median and range of {args.repeats} alternating rounds of {args.steps} iterations"
-    ),
-    headers=("workers", "s/iter", "range", "img/s", "vs nice 0"),
-    digits=3,
-)
+    )
+    rates = {name: f"{args.batch / statistics.median(values):.1f}" for name, values in seconds.items()}
+    headers = ("workers", "s/iter", "range", "img/s", "vs nice 0")
+    print_table(heading, headers, {None: seconds}, 3, middle=lambda _, side: [rates[side]])
 
 
 # ------------------------------------------------------------------------------------------ allocator
@@ -379,9 +331,8 @@ def measure_allocator_side(args) -> dict[str, tuple[float, int]]:
 
 def run_allocator_side(args, side: str, dataset: Path) -> dict[str, tuple[float, int]]:
     """`measure_allocator_side` in a fresh process."""
-    cmd = [sys.executable, str(TOOLS / "benchmark.py"), "ab", "allocator", "--side", side, "--dataset",
-           str(dataset), "--size", str(args.size), "--batch", str(args.batch), "--workers", str(args.workers),
-           "--rounds", str(args.rounds)]  # fmt: skip
+    cmd = tool("benchmark", "ab", "allocator", "--side", side, "--dataset", dataset, "--size", args.size,
+               "--batch", args.batch, "--workers", args.workers, "--rounds", args.rounds)  # fmt: skip
     cmd += ["--threads", str(args.threads)] if args.threads else []
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -401,11 +352,11 @@ def allocator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
 
 
-def measure_allocator(args) -> Measured | None:
+def allocator(args) -> None:
     """Images/s of each row, the sides' fresh processes alternated; in a side's process (--side), its JSON."""
     if args.side:
         print(json.dumps(measure_allocator_side(args)))
-        return None
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
         dataset = make_fidelity_set(root / f"allocator_{args.images}_{args.size}", 0, args.images, args.size)
@@ -413,26 +364,25 @@ def measure_allocator(args) -> Measured | None:
         runs = alternate(sides, args.repeats)  # side -> per process {row: (images/s, page faults)}
     rows = runs[ALLOCATORS[0]][0]
     values = {row: {side: [r[row][0] for r in runs[side]] for side in ALLOCATORS} for row in rows}
-    return Measured(
-        values, middle=lambda row, side: [f"{statistics.median(r[row][1] for r in runs[side]):.0f}"]
-    )
-
-
-ALLOCATOR = Variant(
-    summary="demo and evaluation with glibc keeping freed memory vs its default",
-    add_arguments=allocator_arguments,
-    measure=measure_allocator,
-    heading=lambda args: (
+    heading = (
         f"YOLOX-Nano at {args.size} px on the CPU, {args.images} generated images, BatchNorm folded, NHWC: "
         f"glibc keeping freed memory against its default; median and range over {args.repeats} processes per "
         f"side (alternated) of the best of {args.rounds} rounds in each"
-    ),
-    headers=("task", "allocator", "img/s", "range", "page faults a round", "vs default"),
-    digits=1,
-    rates=True,
-)
+    )
+    headers = ("task", "allocator", "img/s", "range", "page faults a round", "vs default")
 
-VARIANTS = {"stem": STEM, "workers": WORKERS, "allocator": ALLOCATOR}
+    def page_faults(row: str, side: str) -> list[str]:
+        return [f"{statistics.median(r[row][1] for r in runs[side]):.0f}"]
+
+    print_table(heading, headers, values, 1, rates=True, middle=page_faults)
+
+
+# variant -> (its flags, the measurement, which prints its table, what it measures)
+VARIANTS = {
+    "stem": (stem_arguments, stem, "the Focus stem as one strided conv vs phases stacked, then the conv"),
+    "workers": (workers_arguments, workers, "training iterations, the loader workers at nice 0 vs nice 19"),
+    "allocator": (allocator_arguments, allocator, "demo and evaluation, glibc keeping freed memory or not"),
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -442,18 +392,11 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     variants = parser.add_subparsers(dest="variant", required=True, metavar="{" + ",".join(VARIANTS) + "}")
-    for name, variant in VARIANTS.items():
-        sub = variants.add_parser(name, help=variant.summary, description=variant.summary)
-        variant.add_arguments(sub)
+    for name, (add_arguments, _, summary) in VARIANTS.items():
+        sub = variants.add_parser(name, help=summary, description=summary)
+        add_arguments(sub)
         sub.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    variant = VARIANTS[args.variant]
-    measured = variant.measure(args)
-    if measured is None:
-        return
-    print(variant.heading(args))
-    print(
-        tabulate(table(variant, measured), headers=variant.headers, tablefmt="github", disable_numparse=True)
-    )
+    VARIANTS[args.variant][1](args)

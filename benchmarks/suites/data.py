@@ -26,6 +26,7 @@ from pathlib import Path
 import cv2
 from tabulate import tabulate
 
+from benchmarks.kit.measure import ratio
 from yolox_fast.data import cache as cache_mod
 from yolox_fast.data.augment import TrainTransform
 from yolox_fast.data.build import build_train_loader
@@ -46,20 +47,12 @@ def _dataset(root: Path, size: int) -> COCODataset:
 
 def _mosaic(dataset, size: int, exp: Exp) -> MosaicDetection:
     box_filter = (exp.box_min_size, exp.box_min_area_ratio, exp.box_max_aspect)
+    transform = TrainTransform(exp.max_labels, exp.flip_prob, exp.hsv_prob, box_filter)
     return MosaicDetection(
-        dataset,
-        (size, size),
-        transform=TrainTransform(exp.max_labels, exp.flip_prob, exp.hsv_prob, box_filter),
-        degrees=exp.degrees,
-        translate=exp.translate,
-        mosaic_scale=exp.mosaic_scale,
-        mixup_scale=exp.mixup_scale,
-        shear=exp.shear,
-        enable_mixup=True,
-        mosaic_prob=1.0,
-        mixup_prob=1.0,
-        box_filter=box_filter,
-    )
+        dataset, (size, size), transform=transform, degrees=exp.degrees, translate=exp.translate,
+        mosaic_scale=exp.mosaic_scale, mixup_scale=exp.mixup_scale, shear=exp.shear, enable_mixup=True,
+        mosaic_prob=1.0, mixup_prob=1.0, box_filter=box_filter,
+    )  # fmt: skip
 
 
 def _throughput(
@@ -152,43 +145,20 @@ def main(argv: Sequence[str]) -> None:
             for mosaic in mosaics.values():  # free /dev/shm before the next size
                 if mosaic.dataset.cache is not None:
                     mosaic.dataset.cache.path.unlink()
-            rows += [
-                (
-                    size,
-                    mode,
-                    f"{rates[mode]:.1f}",
-                    f"{rates[mode] / rates['uncached']:.2f}x",
-                    build_s.get(mode, "-"),
-                )
-                for mode in MODES
-            ]
+            rows += [(size, mode, f"{rates[mode]:.1f}", ratio(rates[mode], rates["uncached"]),
+                      build_s.get(mode, "-")) for mode in MODES]  # fmt: skip
         print(
             f"\nmosaic+mixup samples/s per worker ({args.images} synthetic {args.image_size} px JPEGs, "
             f"best of {args.rounds} rounds of {args.samples} samples)"
         )
-        print(
-            tabulate(
-                rows, headers=("size", "cache", "samples/s", "vs uncached", "build s"), tablefmt="github"
-            )
-        )
+        headers = ("size", "cache", "samples/s", "vs uncached", "build s")
+        print(tabulate(rows, headers=headers, tablefmt="github"))
         mem_rows = []
         for size in args.sizes:
             mem_rows += _memory(root / "dataset.json", size, args.workers, args.batch)
         print(f"\nram cache memory with {args.workers} loader workers (two epochs read), MiB")
-        print(
-            tabulate(
-                mem_rows,
-                headers=(
-                    "size",
-                    "cache size",
-                    "workers",
-                    "sum RSS of cache",
-                    "sum PSS of cache",
-                    "private copies",
-                ),
-                tablefmt="github",
-            )
-        )
+        headers = ("size", "cache size", "workers", "sum RSS of cache", "sum PSS of cache", "private copies")
+        print(tabulate(mem_rows, headers=headers, tablefmt="github"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)

@@ -27,7 +27,7 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
-from benchmarks.kit.measure import alternate, value_range
+from benchmarks.kit.measure import alternate, ratio, value_range
 from benchmarks.kit.peak import achieved_columns, forward_flops_per_image, measured_peak, peak_line
 from yolox_fast.exp import get_exp
 from yolox_fast.inference import Predictor
@@ -122,28 +122,10 @@ def main(argv=None) -> None:
     rows = []
     for layout, b in settings:
         ips = max(runs[(layout, b)])
-        spread = value_range(runs[(layout, b)], 1)
-        rows.append(
-            (
-                layout,
-                b,
-                f"{ips:.1f}",
-                spread,
-                f"{1000 / ips:.1f}",
-                f"{ips / base:.2f}x",
-                *achieved_columns(flops, ips, peak),
-            )
-        )
-    headers = (
-        "layout",
-        "batch",
-        "images/s",
-        "range",
-        "ms/image",
-        f"vs NCHW batch {args.batch_sizes[0]}",
-        "GFLOP/s",
-        "of peak",
-    )
+        rows.append((layout, b, f"{ips:.1f}", value_range(runs[(layout, b)], 1), f"{1000 / ips:.1f}",
+                     ratio(ips, base), *achieved_columns(flops, ips, peak)))  # fmt: skip
+    headers = ("layout", "batch", "images/s", "range", "ms/image", f"vs NCHW batch {args.batch_sizes[0]}",
+               "GFLOP/s", "of peak")  # fmt: skip
     print(compiled_line + f"{flops / 1e9:.2f} GFLOPs per image forward; " + peak_line(peak, str(device)))
     print(tabulate(rows, headers=headers))
 

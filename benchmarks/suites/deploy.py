@@ -31,6 +31,7 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
+from benchmarks.kit.measure import ratio, value_range
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
 from yolox_fast.core.export import SUFFIXES, CalibrationImages, export_file, export_metadata, exported_size
 from yolox_fast.data.build import build_calibration_dataset, build_eval_dataset
@@ -38,17 +39,9 @@ from yolox_fast.inference import load_exported_model, load_inference_model
 from yolox_fast.inference.graph_nms import GraphNMS
 
 # (format, precision) in table order; pytorch fp32 is the baseline every ratio divides by
-ROWS = (
-    ("pytorch", "fp32"),
-    ("torchscript", "fp32"),
-    ("onnx", "fp32"),
-    ("onnx", "int8"),
-    ("onnx", "fp32+nms"),
-    ("openvino", "fp32"),
-    ("openvino", "fp16"),
-    ("openvino", "int8"),
-    ("openvino", "fp32+nms"),
-)
+ROWS = (("pytorch", "fp32"), ("torchscript", "fp32"), ("onnx", "fp32"), ("onnx", "int8"),
+        ("onnx", "fp32+nms"), ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int8"),
+        ("openvino", "fp32+nms"))  # fmt: skip
 FORMATS = tuple(dict.fromkeys(fmt for fmt, _ in ROWS if fmt != "pytorch"))
 SHAPES_EXP = Path(__file__).resolve().parents[2] / "exps" / "example" / "shapes_nano.py"
 
@@ -102,18 +95,9 @@ def _median_call(model: Callable, images: torch.Tensor, runs: int) -> float:
 def _export(fmt: str, row_precision: str, model, exp, class_names, folder: str, calibration) -> str:
     precision, _, nms = row_precision.partition("+")
     path = os.path.join(folder, f"{exp.exp_name}_{precision}{'_nms' if nms else ''}{SUFFIXES[fmt]}")
-    meta = export_metadata(
-        exp,
-        model,
-        class_names,
-        fmt,
-        False,
-        None,
-        precision,
-        "cpu",
-        calibration.num_images if precision == "int8" else 0,
-        GraphNMS(exp.test_conf, exp.nmsthre) if nms else None,
-    )
+    calibrated = calibration.num_images if precision == "int8" else 0
+    graph_nms = GraphNMS(exp.test_conf, exp.nmsthre) if nms else None
+    meta = export_metadata(exp, model, class_names, fmt, False, None, precision, "cpu", calibrated, graph_nms)
     export_file(model, path, meta, calibration=calibration if precision == "int8" else None)
     return path
 
@@ -197,21 +181,14 @@ def print_table(rows: list[Row], exp, num_val: int, args) -> None:
     table = []
     for row in rows:
         latency, throughput = statistics.median(row.latency), statistics.median(row.throughput)
-        table.append(
-            [
-                row.fmt,
-                row.precision,
-                row.runs_in,
-                f"{row.ap50_95:.4f}",
-                f"{row.ap50:.4f}",
-                f"{100 * (row.ap50_95 - base.ap50_95):+.2f}",
-                f"{1000 * latency:.1f} ({1000 * min(row.latency):.1f}-{1000 * max(row.latency):.1f})",
-                f"{base_latency / latency:.2f}x",
-                f"{throughput:.1f} ({min(row.throughput):.1f}-{max(row.throughput):.1f})",
-                f"{throughput / base_throughput:.2f}x",
-                f"{row.size_mib:.1f}",
-            ]
-        )
+        table.append([
+            row.fmt, row.precision, row.runs_in, f"{row.ap50_95:.4f}", f"{row.ap50:.4f}",
+            f"{100 * (row.ap50_95 - base.ap50_95):+.2f}",
+            f"{1000 * latency:.1f} ({1000 * min(row.latency):.1f}-{1000 * max(row.latency):.1f})",
+            ratio(base_latency, latency),
+            f"{throughput:.1f} ({value_range(row.throughput, 1)})", ratio(throughput, base_throughput),
+            f"{row.size_mib:.1f}",
+        ])  # fmt: skip
     int8 = [row.model.metadata.calibration_images for row in rows if row.precision == "int8"]
     calibrated = f", INT8 calibrated on {int8[0]} training images" if int8 else ""
     print(
@@ -219,23 +196,6 @@ def print_table(rows: list[Row], exp, num_val: int, args) -> None:
         f"val images, {torch.get_num_threads()} threads{calibrated}; times: median of {args.runs} calls x "
         f"{args.rounds} rounds (range over rounds)"
     )
-    print(
-        tabulate(
-            table,
-            tablefmt="github",
-            disable_numparse=True,
-            headers=[
-                "format",
-                "precision",
-                "runs in",
-                "AP50:95",
-                "AP50",
-                "dAP50:95 (pts)",
-                "latency b1 ms",
-                "vs eager",
-                f"b{args.batch_size} img/s",
-                "vs eager",
-                "MiB",
-            ],
-        )
-    )
+    headers = ["format", "precision", "runs in", "AP50:95", "AP50", "dAP50:95 (pts)", "latency b1 ms",
+               "vs eager", f"b{args.batch_size} img/s", "vs eager", "MiB"]  # fmt: skip
+    print(tabulate(table, tablefmt="github", disable_numparse=True, headers=headers))

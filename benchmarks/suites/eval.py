@@ -62,16 +62,8 @@ def synthetic_coco_case(
             box = _box(rng, width, height)
             cat = cat_ids[int(rng.integers(num_classes))]
             crowd = int(rng.random() < crowd_fraction)
-            anns.append(
-                {
-                    "id": len(anns) + 1,
-                    "image_id": img_id,
-                    "category_id": cat,
-                    "bbox": box,
-                    "area": box[2] * box[3],
-                    "iscrowd": crowd,
-                }
-            )
+            anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": cat, "bbox": box,
+                         "area": box[2] * box[3], "iscrowd": crowd})  # fmt: skip
             if rng.random() < 0.8:
                 jitter = rng.normal(0, 0.08, 4) * [box[2], box[3], box[2], box[3]]
                 wrong = rng.random() < 0.1

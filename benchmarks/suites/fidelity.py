@@ -36,7 +36,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,12 +43,12 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from benchmarks.kit.commands import REPO, overrides, tool
 from benchmarks.kit.fidelity_data import make_fidelity_set
 from benchmarks.kit.measure import spread
 from benchmarks.kit.official import require_official_yolox
 from benchmarks.kit.recipe import add_recipe_arguments, recipe
 
-REPO = Path(__file__).resolve().parents[2]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
 ITERS_LINE = re.compile(r"iterations\s+(\d+) optimizer steps per epoch")
 LOSS_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?total_loss: ([0-9.]+)")
@@ -88,25 +87,10 @@ def run_official(args, root: Path, seed: int) -> dict:
 
 def run_ours(args, dataset_json: Path, out: Path, seed: int) -> dict:
     fields = {**recipe(args, seed), "dataset": str(dataset_json), "output_dir": str(out / "ours")}
-    overrides = []
-    for key, value in fields.items():
-        overrides += [key, str(value).replace(" ", "")]
-    # print_interval 1: every step's loss is logged, for the per-epoch mean loss
-    overrides += ["print_interval", "1", "save_history_ckpt", "false", *args.ours_opts]
-    exp_args = ["-n", "yolox-nano"]
     name = f"seed{seed}" + ("_" + "_".join(args.ours_opts) if args.ours_opts else "")
-    cmd = [
-        sys.executable,
-        str(REPO / "tools" / "train.py"),
-        *exp_args,
-        "-b",
-        str(args.batch),
-        "-expn",
-        name,
-        "-l",
-        "none",
-        *overrides,
-    ]
+    # print_interval 1: every step's loss is logged, for the per-epoch mean loss
+    cmd = tool("train", "-n", "yolox-nano", "-b", args.batch, "-expn", name, "-l", "none", *overrides(fields),
+               "print_interval", "1", "save_history_ckpt", "false", *args.ours_opts)  # fmt: skip
     log_dir = out / "ours" / name
     (log_dir / "train_log.txt").unlink(missing_ok=True)  # the log is appended across runs
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}

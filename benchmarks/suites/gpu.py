@@ -41,21 +41,20 @@ from loguru import logger
 from tabulate import tabulate
 
 from benchmarks.kit.assigner import official_assigner, run_table, table_headers
+from benchmarks.kit.commands import REPO, STEP_LINE, overrides, tool
 from benchmarks.kit.fidelity_data import make_fidelity_set
-from benchmarks.kit.inputs import make_inputs, random_targets
-from benchmarks.kit.measure import timed
+from benchmarks.kit.inputs import make_inputs, random_batch
+from benchmarks.kit.measure import ratio, timed
 from benchmarks.kit.steps import grad_checkpoint_peak, official_step, ours_step
 from yolox_fast.models.simota import simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils import amp
 from yolox_fast.utils.metric import sync_device
 
-REPO = Path(__file__).resolve().parents[2]
 NANO_EXP = REPO / "exps" / "yolox_nano.py"
 SECTIONS = ("assigner", "iteration", "grad-checkpoint", "train", "deploy", "oom")
 AP_LINE = re.compile(r"AP50:95 (\d\.\d{4})  AP50 (\d\.\d{4})")
 SPEED_LINE = re.compile(r"([0-9.]+) images/s")
-STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s")
 
 
 def _peak_reset(device: torch.device) -> None:
@@ -72,9 +71,7 @@ def iteration_rows(args, device: torch.device, amp_dtype) -> list[list]:
     have_official = official_assigner() is not None
     rows = []
     for batch in args.iter_batches:
-        gen = torch.Generator().manual_seed(batch)
-        imgs = (torch.rand(batch, 3, args.iter_size, args.iter_size, generator=gen) * 255).to(device)
-        targets = random_targets(batch, args.iter_size, 80, gen).to(device)
+        imgs, targets = random_batch(batch, args.iter_size, 80, device)
         torch.manual_seed(0)
         steps = {}
         if have_official:
@@ -113,18 +110,9 @@ def checkpoint_rows(args, device: torch.device, amp_dtype) -> list[list]:
     plain = grad_checkpoint_peak(bench, batch, False, device, amp_dtype, args.model) / 2**20
     ckpt = grad_checkpoint_peak(bench, batch, True, device, amp_dtype, args.model) / 2**20
     kind = "CUDA allocated" if device.type == "cuda" else "CPU resident-set"
-    return [
-        ["grad checkpoint", f"{args.model} batch {batch}", "off", "", "", "1.00x", f"{plain:.0f}"],
-        [
-            "grad checkpoint",
-            f"{args.model} batch {batch}",
-            "on",
-            "",
-            kind,
-            f"{ckpt / plain:.2f}x",
-            f"{ckpt:.0f}",
-        ],
-    ]
+    setting = f"{args.model} batch {batch}"
+    return [["grad checkpoint", setting, "off", "", "", "1.00x", f"{plain:.0f}"],
+            ["grad checkpoint", setting, "on", "", kind, ratio(ckpt, plain), f"{ckpt:.0f}"]]  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -155,9 +143,8 @@ def _train(args, name: str, flags: list[str], extra: dict | None = None, launche
     """`tools/train.py -f exps/yolox_nano.py -b B` (the README's command) with `flags` on the check's
     generated data, 2 epochs; `launcher` replaces `python` (torchrun)."""
     opts = {**train_opts(args), **(extra or {})}
-    cmd = [*(launcher or [sys.executable]), str(REPO / "tools" / "train.py"), "-f", str(NANO_EXP),
-           "-b", str(args.train_batch), "-l", "none", "-expn", name, *flags,
-           *(str(x) for kv in opts.items() for x in kv)]  # fmt: skip
+    cmd = tool("train", "-f", NANO_EXP, "-b", args.train_batch, "-l", "none", "-expn", name, *flags,
+               *overrides(opts), python=launcher or [sys.executable])  # fmt: skip
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
     wall = time.perf_counter() - t0
@@ -222,12 +209,7 @@ def train_rows(args, device: torch.device) -> list[list]:
 
 
 def _tool(name: str, argv: list[str], timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "tools" / f"{name}.py"), *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return subprocess.run(tool(name, *argv), capture_output=True, text=True, timeout=timeout)
 
 
 def _scored(done: subprocess.CompletedProcess) -> str:
@@ -246,7 +228,7 @@ def deploy_rows(args, device: torch.device) -> list[list]:
     if not ckpt.is_file():
         return [["deploy", "-", f"no {ckpt}: the train.py row failed", "", "", "", ""]]
     model = ["-f", str(NANO_EXP), "-c", str(ckpt)]
-    opts = [str(x) for kv in train_opts(args).items() if kv[0] != "max_epoch" for x in kv]
+    opts = overrides({k: v for k, v in train_opts(args).items() if k != "max_epoch"})
     scoring = ["-b", "32", "--conf", "0.001"]
     reference = _scored(_tool("eval", [*model, *scoring, *opts], 600))
     rows = [["deploy", "checkpoint (eval.py)", reference, "", "", "", ""]]

@@ -92,15 +92,9 @@ def _annotation(rng, ann_id: int, img_id: int, w: int, h: int, cat: int, crowd: 
         px = x + bw / 2 * (1 + np.cos(angle))
         py = y + bh / 2 * (1 + np.sin(angle))
         segmentation = [np.round(np.column_stack([px, py]).ravel(), 2).tolist()]
-    return {
-        "segmentation": segmentation,
-        "area": round(bw * bh * 0.6, 4),
-        "iscrowd": int(crowd),
-        "image_id": img_id,
-        "bbox": [round(x, 2), round(y, 2), round(bw, 2), round(bh, 2)],
-        "category_id": cat,
-        "id": ann_id,
-    }
+    return {"segmentation": segmentation, "area": round(bw * bh * 0.6, 4), "iscrowd": int(crowd),
+            "image_id": img_id, "bbox": [round(x, 2), round(y, 2), round(bw, 2), round(bh, 2)],
+            "category_id": cat, "id": ann_id}  # fmt: skip
 
 
 def make_coco_set(root: Path, split: str, n: int, seed: int = 0) -> Path:
@@ -123,18 +117,10 @@ def make_coco_set(root: Path, split: str, n: int, seed: int = 0) -> Path:
                 os.link(src, target)
             except OSError:
                 shutil.copyfile(src, target)
-        images.append(
-            {
-                "license": 1,
-                "file_name": name,
-                "coco_url": f"http://images.cocodataset.org/{split}/{name}",
-                "height": h,
-                "width": w,
-                "date_captured": "2013-11-14 11:18:45",
-                "flickr_url": f"http://farm4.staticflickr.com/{img_id}.jpg",
-                "id": img_id,
-            }
-        )
+        images.append({"license": 1, "file_name": name, "coco_url": f"http://images.cocodataset.org/{split}/{name}",
+                       "height": h, "width": w, "date_captured": "2013-11-14 11:18:45",
+                       "flickr_url": f"http://farm4.staticflickr.com/{img_id}.jpg",
+                       "id": img_id})  # fmt: skip
         for cat in rng.choice(len(COCO_IDS), size=int(rng.poisson(BOXES_PER_IMAGE)), p=weights):
             anns.append(_annotation(rng, len(anns) + 1, img_id, w, h, COCO_IDS[cat], rng.random() < 0.01))
     cats = [{"supercategory": "thing", "id": i, "name": f"class_{i}"} for i in COCO_IDS]

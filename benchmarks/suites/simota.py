@@ -45,49 +45,30 @@ def run_budget(device: torch.device, budget: int, num_classes: int) -> None:
     sync_device(device)
     seconds = time.perf_counter() - t0
     peak = peak_bytes(lambda: simota_assign(**batch, max_bytes=budget), device, cpu_peak)
-    print(
-        tabulate(
-            [
-                [
-                    256,
-                    640,
-                    120,
-                    mib(budget),
-                    f"{seconds:.2f}",
-                    mib(peak),
-                    f"{peak / budget:.2f}",
-                    result.num_fg,
-                ]
-            ],
-            headers=["N", "size", "GTs/img", "max_bytes MiB", "s/call", "peak MiB", "peak/budget", "num_fg"],
-            tablefmt="github",
-        )
-    )
+    row = [256, 640, 120, mib(budget), f"{seconds:.2f}", mib(peak), f"{peak / budget:.2f}", result.num_fg]
+    headers = ["N", "size", "GTs/img", "max_bytes MiB", "s/call", "peak MiB", "peak/budget", "num_fg"]
+    print(tabulate([row], headers=headers, tablefmt="github"))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="benchmark.py simota", description=__doc__.split("\n")[0])
-    parser.add_argument("--batch-sizes", "-n", type=int, nargs="+", default=[8, 32, 64, 256])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[416, 640], help="square input sizes, px")
-    parser.add_argument("--classes", type=int, default=80)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument(
+    p = argparse.ArgumentParser(prog="benchmark.py simota", description=__doc__.split("\n")[0])
+    p.add_argument("--batch-sizes", "-n", type=int, nargs="+", default=[8, 32, 64, 256])
+    p.add_argument("--sizes", type=int, nargs="+", default=[416, 640], help="square input sizes, px")
+    p.add_argument("--classes", type=int, default=80)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
         "--repeats", type=int, default=5, help="timed calls of the batched version (the fastest counts)"
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument(
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument(
         "--full", action="store_true", help="time the CPU reference at N>=256 instead of estimating"
     )
-    parser.add_argument(
-        "--est-images", type=int, default=16, help="images timed to estimate a skipped reference"
-    )
-    parser.add_argument("--max-bytes", type=int, default=None, help="simota_assign budget (default: its own)")
-    parser.add_argument(
-        "--budget", action="store_true", help="only the N=256 / 640 px / 120 GTs budget check"
-    )
-    parser.add_argument("--budget-bytes", type=int, default=2**30)
-    parser.add_argument("--fp16", action="store_true", help="predictions in half precision, under autocast")
-    args = parser.parse_args(argv)
+    p.add_argument("--est-images", type=int, default=16, help="images timed to estimate a skipped reference")
+    p.add_argument("--max-bytes", type=int, default=None, help="simota_assign budget (default: its own)")
+    p.add_argument("--budget", action="store_true", help="only the N=256 / 640 px / 120 GTs budget check")
+    p.add_argument("--budget-bytes", type=int, default=2**30)
+    p.add_argument("--fp16", action="store_true", help="predictions in half precision, under autocast")
+    args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -95,17 +76,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         run_budget(device, args.budget_bytes, args.classes)
         return
     amp_dtype = amp.amp_dtype(device, fp16=args.fp16)
-    rows = run_table(
-        args.sizes,
-        args.batch_sizes,
-        args.classes,
-        device,
-        args.repeats,
-        args.full,
-        args.est_images,
-        args.max_bytes,
-        amp_dtype,
-    )
+    rows = run_table(args.sizes, args.batch_sizes, args.classes, device, args.repeats, args.full,
+                     args.est_images, args.max_bytes, amp_dtype)  # fmt: skip
     precision = str(amp_dtype).replace("torch.", "") + " autocast" if amp_dtype else "fp32"
     print(
         f"SimOTA on {device} ({torch.get_num_threads()} threads), {precision}, {args.classes} classes, "

@@ -26,7 +26,7 @@ import time
 import torch
 from tabulate import tabulate
 
-from benchmarks.kit.measure import setting
+from benchmarks.kit.measure import ratio, setting
 from benchmarks.kit.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
 from benchmarks.kit.steps import grad_checkpoint_peak, step_inputs
 from yolox_fast.models.losses import YOLOXLoss
@@ -101,25 +101,12 @@ def print_grad_checkpoint_saving(args, batches, device: torch.device, amp_dtype)
     for batch in batches:
         plain = grad_checkpoint_peak(args, batch, False, device, amp_dtype) / 2**20
         ckpt = grad_checkpoint_peak(args, batch, True, device, amp_dtype) / 2**20
-        rows.append(
-            [
-                batch,
-                f"{plain:.0f}",
-                f"{ckpt:.0f}",
-                f"{plain / batch:.1f}",
-                f"{ckpt / batch:.1f}",
-                f"{ckpt / plain:.2f}",
-            ]
-        )
+        rows.append([batch, f"{plain:.0f}", f"{ckpt:.0f}", f"{plain / batch:.1f}", f"{ckpt / batch:.1f}",
+                     f"{ckpt / plain:.2f}"])  # fmt: skip
     kind = "CUDA allocated" if device.type == "cuda" else "CPU resident-set high-water"
     print(f"YOLOX-Nano forward + backward at {args.size} px, peak extra memory ({kind}), MiB")
-    print(
-        tabulate(
-            rows,
-            headers=["batch", "plain", "checkpointed", "plain/img", "checkpointed/img", "ratio"],
-            tablefmt="github",
-        )
-    )
+    headers = ["batch", "plain", "checkpointed", "plain/img", "checkpointed/img", "ratio"]
+    print(tabulate(rows, headers=headers, tablefmt="github"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -179,18 +166,9 @@ def main(argv: list[str] | None = None) -> None:
             compiled = measure(args, batch, "batched", device, amp_dtype, compiled=True)
             sides.append((f"batched, torch.compile ({compiled['compile_s']:.0f} s compiling)", compiled))
         for name, r in sides:
-            rows.append(
-                [
-                    batch,
-                    name,
-                    f"{r['s_per_iter']:.3f}",
-                    f"{r['img_s']:.1f}",
-                    f"{r['img_s'] / ref['img_s']:.2f}x",
-                    f"{100 * r['loss_share']:.1f}%",
-                    "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}",
-                    r["img_s"],
-                ]
-            )
+            peak_mib = "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.0f}"
+            speed = [f"{r['s_per_iter']:.3f}", f"{r['img_s']:.1f}", ratio(r["img_s"], ref["img_s"])]
+            rows.append([batch, name, *speed, f"{100 * r['loss_share']:.1f}%", peak_mib, r["img_s"]])
     peak = measured_peak(device, amp_dtype, args.peak_repeats)
     for row in rows:
         row[-1:] = achieved_columns(flops_per_image, row[-1], peak)
@@ -200,20 +178,6 @@ def main(argv: list[str] | None = None) -> None:
         f"{flops_per_image / 1e9:.2f} GFLOPs per image per step"
     )
     print(peak_line(peak, setting(device, amp_dtype)))
-    print(
-        tabulate(
-            rows,
-            headers=[
-                "batch",
-                "assigner",
-                "s/iter",
-                "img/s",
-                "vs reference",
-                "assign+loss share",
-                "peak MiB",
-                "GFLOP/s",
-                "of peak",
-            ],
-            tablefmt="github",
-        )
-    )
+    headers = ["batch", "assigner", "s/iter", "img/s", "vs reference", "assign+loss share", "peak MiB",
+               "GFLOP/s", "of peak"]  # fmt: skip
+    print(tabulate(rows, headers=headers, tablefmt="github"))

@@ -77,8 +77,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from benchmarks.kit.commands import REPO, STEP_LINE, overrides, tool
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
-from benchmarks.kit.inputs import WEIGHTS, random_targets
+from benchmarks.kit.inputs import WEIGHTS, random_batch
 from benchmarks.kit.measure import alternate, median_and_range, ratio, setting, timed, value_range
 from benchmarks.kit.official import require_official_yolox
 from benchmarks.kit.peak import achieved_columns, measured_peak, peak_line, train_step_flops_per_image
@@ -86,8 +87,6 @@ from benchmarks.kit.recipe import recipe, recipe_args
 from benchmarks.kit.steps import official_step, ours_step
 from yolox_fast.utils.metric import sync_device
 
-REPO = Path(__file__).resolve().parents[2]
-STEP_LINE = re.compile(r"epoch: (\d+)/\d+, iter: \d+/\d+, .*?iter_time: ([0-9.]+)s, .*?total_loss: ([0-9.]+)")
 COMPILE_LINE = re.compile(r"torch\.compile so far: \d+ graphs? compiled in ([0-9.]+) s")
 SECTIONS = ("iteration", "data", "end-to-end", "inference", "eval-process")
 BF16_SIDE = "ours, --bf16 (autocast; official has none on a CPU)"
@@ -130,9 +129,7 @@ def measure_iteration(
     peak = measured_peak(device, amp_dtype)
     rows, flops_per_image = [], None
     for batch_size in args.batches:
-        gen = torch.Generator().manual_seed(batch_size)
-        imgs = (torch.rand(batch_size, 3, args.size, args.size, generator=gen) * 255).to(device)
-        targets = random_targets(batch_size, args.size, args.num_classes, gen).to(device)
+        imgs, targets = random_batch(batch_size, args.size, args.num_classes, device)
         torch.manual_seed(0)
         official_model, official = official_step(device, args.num_classes, amp_dtype)
         ours_model, ours = ours_step(device, args.num_classes, amp_dtype, official_model.state_dict())
@@ -238,12 +235,11 @@ def end_to_end_ours(
     `use_compile` the seconds its `--compile` run spent compiling as its log says after epoch 1, else
     None); `bf16`: the run with --bf16."""
     fields = {**end_to_end_recipe(args, epochs), "dataset": str(dataset_json), "output_dir": str(out)}
-    overrides = [str(x).replace(" ", "") for kv in fields.items() for x in kv]
     flags = ["--compile", "compile_backend", args.compile_backend] if use_compile else []
     flags += ["--bf16"] if bf16 else []
-    cmd = [sys.executable, str(REPO / "tools" / "train.py"), "-n", "yolox-nano", "-b", str(batch), "-expn",
-           "vs_yolox_e2e", "-l", "none", *flags, *overrides, "print_interval", "1",
-           "eval_interval", "1000000", "save_history_ckpt", "false"]  # fmt: skip
+    cmd = tool("train", "-n", "yolox-nano", "-b", batch, "-expn", "vs_yolox_e2e", "-l", "none", *flags,
+               *overrides(fields), "print_interval", "1", "eval_interval", "1000000",
+               "save_history_ckpt", "false")  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"tools/train.py failed:\n{done.stderr[-3000:]}")
@@ -490,9 +486,8 @@ def measure_eval_process(args, out: Path) -> tuple[list[list], str]:
                      "yolox-nano", *common, "data_dir", str(root), "val_ann", "instances_val2017.json",
                      "num_classes", str(num_classes), "data_num_workers", str(args.workers),
                      "output_dir", str(out / "eval_process_official")],
-        "ours": [sys.executable, str(REPO / "tools" / "eval.py"), "-n", "yolox-nano", *common,
-                 "dataset", str(dataset_json), "num_classes", str(num_classes),
-                 "data_num_workers", str(args.workers), "output_dir", str(out / "eval_process_ours")],
+        "ours": tool("eval", "-n", "yolox-nano", *common, "dataset", dataset_json, "num_classes", num_classes,
+                     "data_num_workers", args.workers, "output_dir", out / "eval_process_ours"),
     }  # fmt: skip
     found: dict[str, tuple] = {}
 
@@ -640,7 +635,7 @@ def inference_in_own_process(argv: Sequence[str]) -> str:
     (ours 33.2 against 52.0 img/s alone, official 24.6 against 33.1, on 2026-12-05).
     """
     # the last --only replaces the sections given before it
-    cmd = [sys.executable, str(REPO / "tools" / "benchmark.py"), "vs-yolox", *argv, "--only", "inference"]
+    cmd = tool("benchmark", "vs-yolox", *argv, "--only", "inference")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"the inference section failed:\n{done.stderr[-3000:]}")
