@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import SUITES, main
-from benchmarks.kit import official as yolox_official
+from benchmarks.kit import official
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
 from benchmarks.suites import fidelity, finetune
 
@@ -150,7 +150,7 @@ def test_the_benchmarks_that_need_official_yolox_say_how_to_run_them(capsys):
         pytest.skip("official YOLOX is importable here: test_vs_yolox.py runs these benchmarks")
     for suite in ("finetune", "fidelity", "vs-yolox"):
         with pytest.raises(SystemExit) as stop:
-            yolox_official.require_official_yolox(suite)
+            official.require_official_yolox(suite)
         assert f"$(tools/setup_yolox_reference.sh) tools/benchmark.py {suite}" in str(stop.value)
 
 

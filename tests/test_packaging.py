@@ -99,6 +99,8 @@ def test_zoo_and_dataset_names_resolve_from_another_directory(installed, tmp_pat
     assert out["names"][:2] == ["circle", "square"]
     assert {"annotations", "train2017", "val2017"} <= set(out["generated"])
     assert (elsewhere / "datasets" / "shapes" / "val2017" / "000002.jpg").is_file()
+    # the repository's benchmarks/ (like its tests/) are not part of the install
+    assert not (installed / "benchmarks").exists() and not (installed / "tests").exists()
 
 
 @pytest.mark.slow

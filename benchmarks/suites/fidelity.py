@@ -8,9 +8,9 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
     ... fidelity --ours-opts simota_box_prior false simota_center_radius 1.5   # the later SimOTA rule
     ... fidelity --sides ours --ours-opts box_min_size 1 box_min_area_ratio 0 box_max_aspect inf
 
-- Data: `fidelity_data.make_fidelity_set` (generated shapes, 4 classes with category ids 3, 7, 11, 20,
+- Data: `kit.fidelity_data.make_fidelity_set` (generated shapes, 4 classes with category ids 3, 7, 11, 20,
   half the images non-square), written once under --out and reused.
-- Official: its pieces in a plain loop, as its Trainer runs them (`yolox_official.train_official`); its
+- Official: its pieces in a plain loop, as its Trainer runs them (`kit.official.train_official`); its
   COCOEvaluator's scoring on the EMA model.
 - yolox_fast: `tools/train.py -n yolox-nano` in a subprocess with the same fields as exp overrides;
   its trainer evaluates its EMA model.
