@@ -1,17 +1,19 @@
 """The layering rule of the README's "Layout": a folder of yolox_fast/ imports only from the layers below it,
-`api/` -> `tools/` -> `core/` -> `exp/` -> `evaluators/` -> `inference/` -> `data/`, `models/`, `tracking/`
--> `utils/` (the three side by side: none imports another), and nothing in yolox_fast/ imports from the
-repository's tools/, benchmarks/ or exps/. Read from the source with `ast`, so imports inside functions count
-as well."""
+`api/` -> `tools/` -> `core/` -> `exp/` -> `evaluators/` -> `inference/` -> `export/` -> `data/`, `models/`,
+`tracking/` -> `utils/` (the three side by side: none imports another), and nothing in yolox_fast/ imports
+from the repository's tools/, benchmarks/ or exps/. Read from the source with `ast`, so imports inside
+functions count as well."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "yolox_fast"
 LAYERS = {
-    "utils": 0, "data": 1, "models": 1, "tracking": 1, "inference": 2, "evaluators": 3, "exp": 4, "core": 5,
-    "tools": 6,  # the command-line tools (tools/*.py at the top of the repository are shims over them)
-    "api": 7,  # the Python API, over the tools' own code
+    "utils": 0, "data": 1, "models": 1, "tracking": 1,
+    "export": 2,  # exported files: each format's writer and runner; the Predictor runs what they load
+    "inference": 3, "evaluators": 4, "exp": 5, "core": 6,
+    "tools": 7,  # the command-line tools (tools/*.py at the top of the repository are shims over them)
+    "api": 8,  # the Python API, over the tools' own code
 }  # fmt: skip
 OUTSIDE = ("tools", "benchmarks", "exps")  # the scripts and exp files around the package
 

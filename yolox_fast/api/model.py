@@ -22,7 +22,8 @@ from yolox_fast.core.cli import parse_with_overrides
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS
 from yolox_fast.exp import BaseExp, get_exp_by_checkpoint, get_exp_by_file, get_exp_by_name
 from yolox_fast.exp.build import exp_names
-from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
+from yolox_fast.export import exported_format, load_exported_model
+from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.inference.predictor import NO_WEIGHTS
 from yolox_fast.utils.hub import fetch_weights, weights_key
 

@@ -36,7 +36,8 @@ from yolox_fast.core.prediction_outputs import add_output_arguments, output_opti
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
-from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
+from yolox_fast.export import exported_format, load_exported_model
+from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.tracking import ByteTracker
 from yolox_fast.utils.allocator import keep_freed_memory
 from yolox_fast.utils.amp import amp_dtype
