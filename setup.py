@@ -4,7 +4,7 @@ The dataset descriptions live in the top-level `configs/` and the example exps i
 `exps/` and `tools/`, where a user looks for them). A build copies them into the package as
 `yolox_fast/configs/` and `yolox_fast/exp/example/`, so a wheel or a plain `pip install .` carries them (the
 quick start runs as `yolox_fast train -n shapes-nano`); an editable install and a checkout read the top-level
-folders themselves (`yolox_fast.data.config.CONFIG_DIR`, `yolox_fast.exp.build.EXAMPLE_DIR`). A copy at
+folders themselves (`yolox_fast.data.paths.CONFIG_DIR`, `yolox_fast.exp.build.EXAMPLE_DIR`). A copy at
 build time rather than a symlink: checkouts without symlink support (Windows) build the same package.
 The tools are the package's `yolox_fast.tools`, run as the `yolox_fast` command (`yolox_fast/__main__.py`).
 """

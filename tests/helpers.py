@@ -64,13 +64,11 @@ class ToolRun:
 
 def _said_once_a_process() -> list[tuple[object, str, object]]:
     """(owner, attribute, its value in a fresh process) of the messages the package logs once a process."""
-    from yolox_fast.data import layouts
     from yolox_fast.data.augment import TrainTransform
     from yolox_fast.data.datasets.base import DetectionDataset
     from yolox_fast.utils import amp
 
     return [
-        (layouts, "_LOGGED", set()),
         (DetectionDataset, "_warned_orientation", False),
         (TrainTransform, "_warned_truncation", False),
         (amp, "_warned_cpu_fp16", False),

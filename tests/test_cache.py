@@ -12,8 +12,8 @@ import pytest
 
 from yolox_fast.data import cache as cache_mod
 from yolox_fast.data.cache import build_cache
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
+from yolox_fast.data.description import read_description
 from yolox_fast.data.mosaic import MosaicDetection
 from yolox_fast.exp import Exp
 
@@ -33,7 +33,7 @@ def _dataset(root, size=(96, 96), **kw):
 
 @pytest.fixture
 def tiny_root(tiny_shapes_coco):
-    return load_dataset_config(tiny_shapes_coco["config"])["root"]
+    return read_description(tiny_shapes_coco["config"])["root"]
 
 
 @pytest.mark.parametrize("mode", ["ram", "disk"])

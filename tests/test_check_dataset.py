@@ -12,10 +12,10 @@ from helpers import run_tool_here
 from PIL import Image
 
 from yolox_fast.data.check import check_dataset
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import SHAPE_NAMES
 from yolox_fast.data.datasets.yolo import write_yolo_dataset
+from yolox_fast.data.description import read_description
 from yolox_fast.exp import Exp
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def _assert_pictures(folder: Path) -> None:
 def test_clean_set_has_no_problems_and_counts_everything(tiny_shapes_coco, tmp_path):
     report = check_dataset(_exp(tiny_shapes_coco["config"]), tmp_path, samples=4)
     assert report.errors == report.warnings == 0, report.format()
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     for split in ("train", "val"):
         truth = COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"])
         summary = report.summaries[split]
@@ -127,7 +127,7 @@ def test_every_planted_problem_is_reported_by_kind(planted, tmp_path):
     assert both.count("class in one split only") == 1
     assert report.errors == 5 and report.warnings == 4
     # training still stops at the first error, with the same message
-    cfg = load_dataset_config(planted["config"])
+    cfg = read_description(planted["config"])
     with pytest.raises(ValueError, match="has category id 99"):
         COCODataset(cfg["root"], cfg["train"]["images"], cfg["train"]["ann"])
 
@@ -164,7 +164,7 @@ def test_synthetic_description_is_generated_before_checking(tmp_path):
 
 
 def test_yolo_label_errors_name_file_and_line_and_all_are_listed(tiny_shapes_coco, tmp_path):
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     splits = {s: COCODataset(cfg["root"], cfg[s]["images"], cfg[s]["ann"]) for s in ("train", "val")}
     data_yaml = write_yolo_dataset(tmp_path / "y", splits)
     first, second = sorted((tmp_path / "y" / "labels" / "train").iterdir())[:2]
@@ -237,7 +237,7 @@ def test_tool_on_voc_and_yolo_sets(tiny_shapes_coco, tiny_shapes_voc, tmp_path):
     voc = _check("--dataset", tiny_shapes_voc["config"], "--output", tmp_path / "voc", "--samples", 4, *SMALL)
     assert voc.returncode == 0, voc.stdout + voc.stderr
     assert "tiny_shapes_voc (voc" in voc.stdout and "0 errors" in voc.stdout
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     splits = {s: COCODataset(cfg["root"], cfg[s]["images"], cfg[s]["ann"]) for s in ("train", "val")}
     data_yaml = write_yolo_dataset(tmp_path / "shapes_yolo", splits)
     val_images = sorted((tmp_path / "shapes_yolo" / "images" / "val").iterdir())

@@ -69,7 +69,7 @@ def test_eval_demo_and_export_take_the_checkpoint_alone(tiny_shapes_coco, tmp_pa
     onnx = tmp_path / "m.onnx"
     # an override still applies on top of the stored fields: the file's input size is the override's
     run_tool_in_process("export", "-c", ckpt, "--output-name", onnx, "test_size", "(96,96)", cwd=tmp_path)
-    from yolox_fast.inference import load_exported_model
+    from yolox_fast.export import load_exported_model
 
     meta = load_exported_model(str(onnx)).metadata
     assert (meta.test_size, meta.exp_name, meta.class_names[0]) == ((96, 96), "tiny_nano", "circle")

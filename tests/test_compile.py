@@ -138,7 +138,7 @@ def test_cli_trains_with_compile_under_ddp_resumes_and_the_checkpoint_evaluates(
     )
     assert re.search(compiled, text)
 
-    load_tool("demo").main(["image", *common, "--compile", "--path", tiny_shapes_coco["root"]])
+    load_tool("demo").main(["image", *common, "--compile", "--path", tiny_shapes_coco["root"], "--recursive"])
     assert any(re.search(compiled, line) for line in log_lines)
     assert any("images/s" in line for line in log_lines)
 

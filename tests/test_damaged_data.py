@@ -174,11 +174,11 @@ def test_voc_sizes_shared_images_and_damage_are_listed_by_file(tiny_shapes_voc, 
 
 
 def test_yolo_damage_is_listed_by_kind_as_for_any_other_format(tiny_shapes_coco, tmp_path):
-    from yolox_fast.data.config import load_dataset_config
     from yolox_fast.data.datasets.coco import COCODataset
     from yolox_fast.data.datasets.yolo import write_yolo_dataset
+    from yolox_fast.data.description import read_description
 
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     splits = {s: COCODataset(cfg["root"], cfg[s]["images"], cfg[s]["ann"]) for s in ("train", "val")}
     data_yaml = write_yolo_dataset(tmp_path / "yolo", splits)
     images = sorted((tmp_path / "yolo" / "images" / "train").iterdir())

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from helpers import exp_for, run_tool_here
 
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import (
     MARKER,
@@ -19,15 +18,16 @@ from yolox_fast.data.datasets.synthetic import (
     render_image,
 )
 from yolox_fast.data.datasets.voc import VOCDetection
+from yolox_fast.data.description import read_description
 
 
 def _coco(info, split="train", **kw):
-    cfg = load_dataset_config(info["config"])
+    cfg = read_description(info["config"])
     return COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"], img_size=(128, 128), **kw)
 
 
 def _voc(info, split="train", **kw):
-    cfg = load_dataset_config(info["config"])
+    cfg = read_description(info["config"])
     return VOCDetection(cfg["root"], cfg[split]["sets"], cfg["class_names"], img_size=(128, 128), **kw)
 
 
@@ -68,7 +68,7 @@ def test_coco_description_without_names_reads_categories(tiny_shapes_coco, tmp_p
     del cfg["class_names"]
     path = tmp_path / "d.json"
     path.write_text(json.dumps(cfg))
-    assert load_dataset_config(path)["class_names"] == list(SHAPE_NAMES)
+    assert read_description(path)["class_names"] == list(SHAPE_NAMES)
 
 
 def test_eval_item_is_letterboxed_with_original_targets(tiny_shapes_coco):
@@ -82,7 +82,7 @@ def test_eval_item_is_letterboxed_with_original_targets(tiny_shapes_coco):
 
 def test_unknown_config_name_lists_the_known_ones():
     with pytest.raises(FileNotFoundError, match="shapes"):
-        load_dataset_config("no_such_dataset")
+        read_description("no_such_dataset")
 
 
 def test_synthetic_is_deterministic_and_boxes_are_tight():
@@ -116,7 +116,7 @@ def test_make_dataset_cli_takes_the_smallest_side(tmp_path):
     anns = json.loads((out / "annotations" / "instances_train2017.json").read_text())["annotations"]
     assert anns and all(max(a["bbox"][2:]) >= 0.75 * 24 - 1 for a in anns)
     assert json.loads((out / MARKER).read_text())["min_side"] == 24
-    shipped = load_dataset_config("shapes")["synthetic"]
+    shipped = read_description("shapes")["synthetic"]
     assert shipped["min_side"] == 16  # the quick-start set; the exp's recipe and its figures assume it
 
 
@@ -256,19 +256,16 @@ def test_exp_overrides_data_dir_and_ann(tiny_shapes_coco, tmp_path):
 
 
 def test_shipped_configs_load():
-    cfg = load_dataset_config("shapes")
+    cfg = read_description("shapes")
     assert cfg["class_names"] == list(SHAPE_NAMES) and cfg["synthetic"]["size"] == 320
-    assert (
-        load_dataset_config("voc")["format"] == "voc"
-        and len(load_dataset_config("coco")["class_names"]) == 80
-    )
+    assert read_description("voc")["format"] == "voc" and len(read_description("coco")["class_names"]) == 80
 
 
 def test_generate_writes_a_usable_description(tmp_path):
     root = generate(
         default_description("voc", str(tmp_path / "v")), {"num_train": 2, "num_val": 1, "size": 64}
     )
-    cfg = load_dataset_config(root / "dataset.json")
+    cfg = read_description(root / "dataset.json")
     assert cfg["root"] == str(root) and "synthetic" not in cfg
     assert len(VOCDetection(cfg["root"], cfg["val"]["sets"], cfg["class_names"])) == 1
 
@@ -313,12 +310,12 @@ def test_explicit_class_names_still_win_over_the_categories(tiny_shapes_coco, tm
 def test_relative_roots_resolve_against_yolox_datadir_or_the_working_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("YOLOX_DATADIR", raising=False)
-    assert load_dataset_config("coco")["root"] == str(tmp_path / "datasets" / "COCO")
+    assert read_description("coco")["root"] == str(tmp_path / "datasets" / "COCO")
     monkeypatch.setenv("YOLOX_DATADIR", "/data/sets")
-    assert load_dataset_config("voc")["root"] == "/data/sets/VOCdevkit"
+    assert read_description("voc")["root"] == "/data/sets/VOCdevkit"
     desc = tmp_path / "mine.json"
     desc.write_text(json.dumps({**default_description("coco", "sets/mine"), "class_names": ["a"]}))
-    assert load_dataset_config(desc)["root"] == str(tmp_path / "sets" / "mine")
+    assert read_description(desc)["root"] == str(tmp_path / "sets" / "mine")
 
 
 def test_reading_a_description_generates_nothing_preparing_does(tmp_path, monkeypatch):
@@ -364,7 +361,7 @@ def test_make_dataset_tool_writes_a_readable_set(fmt, tmp_path, capsys):
         ["--format", fmt, "--out", str(out), "--num-train", "3", "--num-val", "2", "--size", "64"]
     )
     description = capsys.readouterr().out.strip().split("dataset description: ")[-1]
-    cfg = load_dataset_config(description)
+    cfg = read_description(description)
     assert cfg["format"] == fmt and cfg["class_names"] == list(SHAPE_NAMES)
     train = exp_for(description).get_dataset()
     assert len(train) == 3 and sum(len(r.boxes) for r in train.records) > 0
@@ -375,5 +372,5 @@ def test_the_voc_zoo_exp_reads_vocdevkit_with_the_devkit_metric():
 
     exp = get_exp(None, "yolox-voc-s")
     assert (exp.num_classes, exp.dataset) == (20, "voc")
-    cfg = load_dataset_config(exp.dataset, class_names=False)
+    cfg = read_description(exp.dataset, class_names=False)
     assert cfg["val"] == {"sets": [["2007", "test"]]} and len(cfg["class_names"]) == 20

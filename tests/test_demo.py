@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from helpers import load_tool
+from helpers import load_tool, run_tool_process
 
 from yolox_fast.core.demo import run_on_images
 from yolox_fast.exp import get_exp
@@ -68,8 +68,9 @@ def _predictor(model, conf=0.3):
 
 
 def test_batched_detections_equal_one_at_a_time(model, image_dir, log_lines):
-    one = run_on_images(_predictor(model), str(image_dir), 1, [str(i) for i in range(NUM_CLASSES)])
-    four = run_on_images(_predictor(model), str(image_dir), 4, [str(i) for i in range(NUM_CLASSES)])
+    names = [str(i) for i in range(NUM_CLASSES)]
+    one = run_on_images(_predictor(model), str(image_dir), 1, names, recursive=True)
+    four = run_on_images(_predictor(model), str(image_dir), 4, names, recursive=True)
     assert (
         sorted(one)
         == sorted(four)
@@ -98,7 +99,8 @@ def test_boxes_are_in_original_image_pixels(model, image_dir):
 
 def test_save_result_and_json(model, image_dir, tmp_path):
     out = tmp_path / "vis"
-    dets = run_on_images(_predictor(model), str(image_dir), 2, ["a", "b", "c"], out, True, True)
+    names = ["a", "b", "c"]
+    dets = run_on_images(_predictor(model), str(image_dir), 2, names, out, True, True, recursive=True)
     assert (out / "sub" / "img4.png").is_file() and (out / "img0.png").is_file()
     saved = json.loads((out / "detections.json").read_text())
     assert set(saved) == set(dets)
@@ -135,6 +137,7 @@ def test_demo_tool_runs_random_weights_only_when_asked_and_says_so(image_dir, tm
             "-b",
             "4",
             "--save-json",
+            "--recursive",
             "num_classes",
             "3",
             "output_dir",
@@ -145,6 +148,26 @@ def test_demo_tool_runs_random_weights_only_when_asked_and_says_so(image_dir, tm
     assert any("images/s" in line for line in log_lines)
     (saved,) = tmp_path.glob("yolox_nano/vis_res/*/detections.json")
     assert len(json.loads(saved.read_text())) == 6
+
+
+@pytest.mark.slow
+def test_demo_reads_a_folders_subfolders_only_with_recursive_as_typed(image_dir, tmp_path):
+    """`python tools/demo.py image --path DIR` in a fresh process: DIR's own images, and one line that says
+    how many its subfolders hold and names the flag; with --recursive, those too."""
+    runs = {}
+    for name, flags in (("own", []), ("all", ["--recursive"])):
+        said = run_tool_process(
+            "demo", "image", "-n", "yolox-nano", "--random-weights", "--path", str(image_dir),
+            "--tsize", "64", "-b", "4", "--save-json", *flags,
+            "num_classes", "3", "output_dir", str(tmp_path / name), cwd=tmp_path,
+        )  # fmt: skip
+        (saved,) = (tmp_path / name).glob("yolox_nano/vis_res/*/detections.json")
+        runs[name] = sorted(json.loads(saved.read_text())), said
+    own = ["img0.png", "img1.png", "img2.png", "img3.png"]  # and broken.jpg, reported and skipped
+    assert runs["own"][0] == own and runs["all"][0] == [*own, "sub/img4.png", "sub/img5.png"]
+    (hint,) = [line for line in runs["own"][1].splitlines() if "subfolders" in line]
+    assert "2 images in its subfolders not read" in hint and "--recursive" in hint
+    assert "subfolders not read" not in runs["all"][1]
 
 
 @pytest.mark.parametrize("tool", ["demo", "export"])

@@ -3,6 +3,7 @@ run it, gives PyTorch's outputs (raw or decoded, static or dynamic batch; fp16 a
 eval and the demo take the exported file as -c with the checkpoint's AP; bad files and flags end the tools
 with one `error:` line."""
 
+import dataclasses
 import json
 import re
 import sys
@@ -14,20 +15,25 @@ import torch
 from helpers import load_tool, run_tool_here, run_tool_process
 
 from yolox_fast.core.cli import run_tool
-from yolox_fast.core.export import (
-    CalibrationImages,
-    export_metadata,
-    export_onnx,
-    export_onnx_int8,
-    export_openvino,
-    export_torchscript,
-    exported_size,
-    output_diff,
-)
 from yolox_fast.data.build import build_calibration_dataset, build_eval_dataset
 from yolox_fast.exp import get_exp
-from yolox_fast.inference import load_exported_model
-from yolox_fast.inference.exported import MissingExtraError, require
+from yolox_fast.export import (
+    FORMATS,
+    CalibrationImages,
+    ExportedModel,
+    ExportMetadata,
+    MissingExtraError,
+    export_file,
+    export_metadata,
+    exported_format,
+    exported_size,
+    load_exported_model,
+    output_diff,
+    require,
+)
+from yolox_fast.export.onnx import export_onnx, export_onnx_int8
+from yolox_fast.export.openvino import export_openvino
+from yolox_fast.export.torchscript import export_torchscript
 
 pytest.importorskip("onnxruntime")
 REPO = Path(__file__).resolve().parents[1]
@@ -191,6 +197,36 @@ def test_fp16_torchscript_is_refused_off_cuda(tmp_path):
     meta = export_metadata(exp, model, ["a", "b", "c"], "torchscript", False, None, precision="fp16")
     with pytest.raises(ValueError, match="CUDA only"):
         export_torchscript(model, str(tmp_path / "half.torchscript"), meta, "cpu")
+
+
+def test_the_export_package_is_one_module_per_format_and_what_they_share():
+    modules = {path.stem for path in (REPO / "yolox_fast" / "export").glob("*.py")}
+    assert modules - {"__init__", "common", "formats", "graph_nms"} == set(FORMATS)
+    assert load_tool("export").make_parser()._option_string_actions["--format"].choices == tuple(FORMATS)
+    extras = (REPO / "setup.py").read_text()
+    assert all(f'"{row.extra}": [' in extras for row in FORMATS.values() if row.extra)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_a_files_format_writer_and_runner_come_from_its_row_of_the_table(name, tmp_path, monkeypatch):
+    row = FORMATS[name]
+    assert row.write.__module__ == row.load.__module__ == f"yolox_fast.export.{name}"
+    path = tmp_path / f"model{row.suffix.upper()}"  # the suffix in any case
+    assert exported_format(str(path)) == name
+    meta = ExportMetadata(
+        name, ("a",), 1, (64, 64), (8, 16, 32), False, None, "fp32", "cpu", 0.01, 0.65, "x", "shapes", None
+    )
+    written, opened = [], []
+    stand_in = dataclasses.replace(
+        row,
+        write=lambda model, path, metadata, *rest: written.append((path, metadata.format)),
+        load=lambda path, device: opened.append(path) or ExportedModel(path, meta, None, device),
+    )
+    monkeypatch.setitem(FORMATS, name, stand_in)
+    export_file(None, str(path), meta)
+    assert written == [(str(path), name)]
+    path.write_bytes(b"model")
+    assert load_exported_model(str(path)).metadata == meta and opened == [str(path)]
 
 
 def test_export_onnx_tool_static_decoded_writes_metadata(tmp_path, capsys):

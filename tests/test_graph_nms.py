@@ -11,10 +11,11 @@ import torch
 from helpers import load_tool, run_tool_here
 from test_export import _error_line, _lively_nano, _printed_ap
 
-from yolox_fast.core.export import export_metadata, export_onnx, export_openvino, output_diff
-from yolox_fast.inference import Predictor, load_exported_model
-from yolox_fast.inference.exported import ExportMetadata
-from yolox_fast.inference.graph_nms import DetectWithNMS, GraphNMS
+from yolox_fast.export import ExportMetadata, export_metadata, load_exported_model, output_diff
+from yolox_fast.export.graph_nms import DetectWithNMS, GraphNMS
+from yolox_fast.export.onnx import export_onnx
+from yolox_fast.export.openvino import export_openvino
+from yolox_fast.inference import Predictor
 from yolox_fast.utils.boxes import postprocess
 
 pytest.importorskip("onnxruntime")

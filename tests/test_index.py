@@ -16,7 +16,6 @@ import pytest
 from helpers import REPO, exp_for
 
 from yolox_fast.data.build import build_train_dataset
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets import coco as coco_mod
 from yolox_fast.data.datasets.base import existing_files
 from yolox_fast.data.datasets.coco import COCODataset
@@ -24,6 +23,7 @@ from yolox_fast.data.datasets.index import IndexBuilder, decode_string, encode_s
 from yolox_fast.data.datasets.index_store import index_root
 from yolox_fast.data.datasets.voc import VOCDetection
 from yolox_fast.data.datasets.yolo import YOLODataset, write_yolo_dataset
+from yolox_fast.data.description import read_description
 
 
 # ------------------------------------------------------------------------------------------ oracles
@@ -248,7 +248,7 @@ def voc_truth(root, year, split, class_names):
 
 
 def test_voc_index_equals_the_xml_files(tiny_shapes_voc):
-    cfg = load_dataset_config(tiny_shapes_voc["config"])
+    cfg = read_description(tiny_shapes_voc["config"])
     for split in ("train", "val"):
         ds = VOCDetection(cfg["root"], cfg[split]["sets"], cfg["class_names"])
         assert_matches(ds, voc_truth(cfg["root"], "2007", split, cfg["class_names"]))
@@ -262,7 +262,7 @@ def test_a_voc_folder_given_as_the_dataset_reads_the_same_index(tiny_shapes_voc)
 
 
 def test_yolo_index_equals_the_label_files(tiny_shapes_coco, tmp_path):
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     splits = {s: COCODataset(cfg["root"], cfg[s]["images"], cfg[s]["ann"]) for s in ("train", "val")}
     yaml_path = write_yolo_dataset(tmp_path / "yolo", splits)
     for split in ("train", "val"):

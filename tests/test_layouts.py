@@ -5,6 +5,7 @@ walked through the tools (check, train, eval, demo) as a user types them: the La
 processes, the others run as the interpreter runs them, in this process (the same code, without three
 seconds of interpreter start per tool)."""
 
+import argparse
 import csv
 import json
 import shutil
@@ -14,11 +15,14 @@ import numpy as np
 import pytest
 from helpers import exp_for, run_tool_in_process, run_tool_process
 
+from yolox_fast.core.cli import build_exp
+from yolox_fast.data import build
 from yolox_fast.data.build import build_eval_dataset, build_train_dataset, dataset_config
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import SHAPE_NAMES
 from yolox_fast.data.datasets.voc import VOCDetection, ratio_split
+from yolox_fast.data.description import read_description
+from yolox_fast.evaluators.build import build_evaluator
 from yolox_fast.evaluators.coco import COCOEvaluator
 from yolox_fast.evaluators.voc import VOCEvaluator
 
@@ -77,7 +81,7 @@ def roboflow_voc(tiny_shapes_voc, dst: Path) -> Path:
 
 
 def _voc_devkit(tiny_shapes_voc, split: str) -> VOCDetection:
-    cfg = load_dataset_config(tiny_shapes_voc["config"])
+    cfg = read_description(tiny_shapes_voc["config"])
     return VOCDetection(cfg["root"], cfg[split], cfg["class_names"])
 
 
@@ -97,7 +101,7 @@ def test_a_voc_folder_of_any_name_reads_as_the_vocdevkit_form(tiny_shapes_voc, t
         )
     )
     for dataset in (str(desc), str(root)):  # the description, and the folder itself
-        cfg = load_dataset_config(dataset)
+        cfg = read_description(dataset)
         assert cfg["class_names"] == sorted(SHAPE_NAMES)  # from the XML files: no list was given
         for split in ("train", "val"):
             ours = VOCDetection(cfg["root"], cfg[split], SHAPE_NAMES)
@@ -159,7 +163,7 @@ def test_labelimg_output_split_by_a_csv_or_a_list(tiny_shapes_voc, tmp_path):
 
 def test_roboflow_coco_export_without_its_unused_supercategory(tiny_shapes_coco, tmp_path, log_lines):
     root = roboflow_coco(tiny_shapes_coco, tmp_path / "shapes-xyz.v1i.coco")
-    cfg = load_dataset_config(str(root))
+    cfg = read_description(str(root))
     assert cfg["class_names"] == list(SHAPE_NAMES)  # category 0 is not a class
     train = COCODataset(cfg["root"], cfg["train"]["images"], cfg["train"]["ann"])
     assert train.class_names == tuple(SHAPE_NAMES) and train.class_ids == [1, 2, 3, 4, 5, 6]
@@ -200,6 +204,36 @@ def test_data_dir_on_a_voc_description_takes_the_sets_own_class_names(tiny_shape
     exp.dataset = tiny_shapes_voc["config"]
     cfg = dataset_config(exp)
     assert cfg["class_names"] == sorted(SHAPE_NAMES) and cfg["root"] == str(root)
+
+
+def test_a_run_reads_its_description_once_and_a_copy_with_other_data_its_own(
+    tiny_shapes_voc, tmp_path, monkeypatch, log_lines
+):
+    """What a training start builds (the synthetic-set check, both splits, the evaluator, the class names)
+    shares one read of the description, and a folder's description is logged once; an exp copied by the
+    command line's overrides onto another data_dir reads that one, and the original keeps its own."""
+    reads = []
+    monkeypatch.setattr(
+        build, "read_description", lambda *a, **k: reads.append(a) or read_description(*a, **k)
+    )
+    root = labelimg_folder(tiny_shapes_voc, tmp_path / "my_set")
+    exp = exp_for(str(root))
+    exp.prepare_dataset()
+    build_train_dataset(exp)
+    build_eval_dataset(exp)
+    build_evaluator(exp, 2, False)
+    exp.get_class_names()
+    dataset_config(exp)["root"] = "changed by a caller"  # each call's copy is the caller's own
+    assert len(reads) == 1 and dataset_config(exp)["root"] == str(root)
+    assert sum("read as LabelImg" in m for m in log_lines) == 1
+
+    other_root = labelimg_folder(tiny_shapes_voc, tmp_path / "other_set")
+    args = argparse.Namespace(
+        opts=["data_dir", str(other_root)], experiment_name=None, exp_file=None, name=None
+    )
+    copied = build_exp(args, exp=exp)
+    assert dataset_config(copied)["root"] == str(other_root) and dataset_config(exp)["root"] == str(root)
+    assert len(reads) == 2
 
 
 # ------------------------------------------------------------------------------------------ bad input
@@ -244,7 +278,7 @@ def test_a_folder_of_no_known_layout_says_what_was_looked_for(tmp_path):
     (tmp_path / "stuff").mkdir()
     (tmp_path / "stuff" / "notes.txt").write_text("hello")
     with pytest.raises(FileNotFoundError, match="matches no layout.*data.yaml.*_annotations.coco.json"):
-        load_dataset_config(str(tmp_path / "stuff"))
+        read_description(str(tmp_path / "stuff"))
 
 
 def test_a_val_ratio_beside_split_lists_is_refused(tmp_path):
@@ -252,7 +286,7 @@ def test_a_val_ratio_beside_split_lists_is_refused(tmp_path):
     desc.write_text(json.dumps({"name": "d", "format": "voc", "root": str(tmp_path), "val_ratio": 0.2,
                                 "train": {}, "val": {}}))  # fmt: skip
     with pytest.raises(ValueError, match="either val_ratio"):
-        load_dataset_config(str(desc))
+        read_description(str(desc))
 
 
 # ------------------------------------------------------------------------------------------ journeys
@@ -296,7 +330,7 @@ def test_journey_labelimg_folder_as_it_is_fine_tuned_by_the_example_exp(tiny_sha
     save_folded_coco_nano(weights)
     out, images = tmp_path / "out", root / "images"
     train = _journey(str(root), out, images, tmp_path, FINETUNE_EXP, "-c", str(weights), run=run_tool_process)
-    assert "read as LabelImg" in train and "split by val_ratio 0.2" in train
+    assert train.count("read as LabelImg") == 1 and "split by val_ratio 0.2" in train  # one read a run
     assert "re-estimated them on" in train and "6: circle" in train
 
 

@@ -12,8 +12,8 @@ from yolox_fast.data.augment import (
     resize_keep_ratio,
     warp_affine,
 )
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
+from yolox_fast.data.description import read_description
 from yolox_fast.data.mosaic import MosaicDetection, mosaic_placement
 
 # distinct, saturated colours (no greys: the canvas padding is 114 grey)
@@ -100,7 +100,7 @@ def test_mosaic_placement_tiles_touch_the_centre():
 
 @pytest.fixture(scope="module")
 def shapes_mosaic(tiny_shapes_coco):
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=(96, 96))
     return MosaicDetection(ds, (96, 96), mosaic_scale=(0.1, 2.0), degrees=10, shear=2, mixup_scale=(0.5, 1.5))
 
@@ -134,7 +134,7 @@ def test_same_item_same_sample_and_mosaic_flag_respected(shapes_mosaic):
 
 
 def test_mixup_adds_boxes_of_a_second_image(tiny_shapes_coco):
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=(96, 96))
     kwargs = {
         "mosaic_scale": (1, 1),
@@ -183,7 +183,7 @@ def full_canvas_mosaic(pipeline, index, rng):
 def test_the_windowed_mosaic_equals_the_full_canvas_one(tiny_shapes_coco, img_size):
     """Painting only the window the warp reads, skipping tiles outside it and warping 4 channels
     change nothing: the samples equal, pixel for pixel and box for box, those of the full canvas."""
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=img_size)
     pipeline = MosaicDetection(ds, img_size, mosaic_scale=(0.1, 2.0), degrees=30, shear=5, enable_mixup=False)
     pulls = []
@@ -203,7 +203,7 @@ def test_the_windowed_mosaic_equals_the_full_canvas_one(tiny_shapes_coco, img_si
 
 
 def test_a_tile_not_decoded_still_gives_its_labels(tiny_shapes_coco):
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     ds = COCODataset(cfg["root"], "train2017", "instances_train2017.json", img_size=(80, 112))
     for i in range(len(ds)):
         img, labels, info, img_id = ds.pull_item(i)

@@ -18,7 +18,8 @@ CHECK = textwrap.dedent(
     import json, os, sys
     from pathlib import Path
     import yolox_fast
-    from yolox_fast.data.config import CONFIG_DIR, load_dataset_config
+    from yolox_fast.data.description import read_description
+    from yolox_fast.data.paths import CONFIG_DIR
     from yolox_fast.exp import Exp, get_exp
 
     site = Path(sys.argv[1]).resolve()
@@ -26,11 +27,11 @@ CHECK = textwrap.dedent(
     # the top-level configs/ of the checkout, copied into the package by the build
     assert CONFIG_DIR == site / "yolox_fast" / "configs", CONFIG_DIR
     zoo = {name: get_exp(None, name).depth for name in ("yolox-nano", "yolox-s", "yolox-x", "yolox-voc-s")}
-    roots = {name: load_dataset_config(name)["root"] for name in ("coco", "voc", "shapes")}
+    roots = {name: read_description(name)["root"] for name in ("coco", "voc", "shapes")}
     exp = Exp()
     exp.dataset = "shapes"
     names = exp.get_class_names()
-    cfg = load_dataset_config("shapes")
+    cfg = read_description("shapes")
     cfg["synthetic"] = {"num_train": 3, "num_val": 2, "size": 64}
     from yolox_fast.data.datasets.synthetic import ensure_generated
     ensure_generated(cfg)

@@ -38,7 +38,8 @@ def images(tmp_path_factory) -> Path:
 
 def test_sources_read_paths_folders_globs_pil_and_arrays_in_bgr(images):
     a = cv2.imread(str(images / "a.png"))
-    folder = list(read_sources(images))
+    assert [Path(n).name for n, _ in read_sources(images)] == ["a.png"]  # the folder's own images
+    folder = list(read_sources(images, recursive=True))
     assert [Path(n).name for n, _ in folder] == ["a.png", "b.png", "c.png"]
     assert [Path(n).name for n, _ in read_sources(str(images / "sub" / "*.png"))] == ["b.png", "c.png"]
     png = images / "a.png"
@@ -93,9 +94,19 @@ def test_a_model_without_weights_is_refused_unless_asked(images):
         YOLOX(_tiny_exp()).predict(images)
     with pytest.raises(ValueError, match="random_weights=True"):
         YOLOX(_tiny_exp()).export()
-    results = YOLOX(_tiny_exp(), random_weights=True).predict(images, conf=0.0, batch=2)
+    results = YOLOX(_tiny_exp(), random_weights=True).predict(images, conf=0.0, batch=2, recursive=True)
     assert [r.image.shape[:2] for r in results] == [(40, 56), (48, 56), (56, 56)]
     assert all(r.names == ("a", "b", "c") for r in results)
+
+
+def test_predict_reads_a_folders_subfolders_only_when_asked(images, log_lines):
+    model = YOLOX(_tiny_exp(), random_weights=True)
+    assert [Path(r.path).name for r in model.predict(images)] == ["a.png"]
+    (hint,) = [m for m in log_lines if "subfolders" in m]
+    assert "2 images in its subfolders not read" in hint and "recursive=True" in hint
+    every = model.predict(images, recursive=True)
+    assert [Path(r.path).name for r in every] == ["a.png", "b.png", "c.png"]
+    assert len([m for m in log_lines if "subfolders" in m]) == 1  # nothing left out: nothing said
 
 
 def test_official_weights_need_an_exp_and_predict_as_the_predictor(images, tmp_path):

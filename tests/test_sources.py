@@ -68,14 +68,21 @@ def server(tmp_path):
     httpd.server_close()
 
 
-def test_globs_folders_and_names(tmp_path):
-    for rel in ("a.jpg", "b.png", "sub/c.jpg", "sub/deep/d.jpg", "notes.txt"):
+def test_globs_folders_and_names(tmp_path, log_lines):
+    for rel in ("a.jpg", "b.png", "sub/c.jpg", "sub/deep/d.jpg", "notes.txt", "photo[1].png"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         cv2.imwrite(str(tmp_path / rel), _frame(1)) if rel.endswith(("jpg", "png")) else (
             tmp_path / rel
         ).touch()
-    names = lambda path: [image_name(p, image_base(path)) for p in list_images(path)]  # noqa: E731
-    assert names(str(tmp_path)) == ["a.jpg", "b.png", "sub/c.jpg", "sub/deep/d.jpg"]
+
+    def names(path: str, recursive: bool = False) -> list[str]:
+        return [image_name(p, image_base(path)) for p in list_images(path, recursive)]
+
+    own = ["a.jpg", "b.png", "photo[1].png"]
+    assert names(str(tmp_path)) == own  # the folder's own images, and one line says how many are left
+    assert sum("2 images in its subfolders not read" in m and "--recursive" in m for m in log_lines) == 1
+    assert names(str(tmp_path), recursive=True) == [*own, "sub/c.jpg", "sub/deep/d.jpg"]
+    assert names(str(tmp_path / "photo[1].png")) == ["photo[1].png"]  # a file's name, not a pattern
     assert names(str(tmp_path / "*.jpg")) == ["a.jpg"]
     assert names(str(tmp_path / "**" / "*.jpg")) == ["a.jpg", "sub/c.jpg", "sub/deep/d.jpg"]
     assert names(str(tmp_path / "sub" / "c.jpg")) == ["c.jpg"]

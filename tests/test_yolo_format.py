@@ -13,7 +13,6 @@ import pytest
 import yaml
 from PIL import Image
 
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import SHAPE_NAMES
 from yolox_fast.data.datasets.yolo import (
@@ -24,6 +23,7 @@ from yolox_fast.data.datasets.yolo import (
     write_yolo_dataset,
     yolo_description,
 )
+from yolox_fast.data.description import read_description
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ["cat", "dog"]
@@ -67,7 +67,7 @@ def hand_set(tmp_path) -> Path:
 
 
 def _dataset(root: Path, split: str = "train", **kw) -> YOLODataset:
-    cfg = load_dataset_config(root / "data.yaml")
+    cfg = read_description(root / "data.yaml")
     return YOLODataset(cfg["root"], cfg[split]["images"], cfg["class_names"], img_size=(64, 64), **kw)
 
 
@@ -95,7 +95,7 @@ def test_names_as_list_or_id_mapping(tmp_path):
 def test_bad_data_yaml_is_an_error_naming_the_file(tmp_path, data, message):
     path = _yaml(tmp_path / "bad.yaml", **data)
     with pytest.raises(ValueError, match=message) as err:
-        load_dataset_config(path)
+        read_description(path)
     assert str(path) in str(err.value)
 
 
@@ -230,17 +230,17 @@ def test_coco_view_of_the_labels(hand_set):
 
 
 def test_val_image_dir_for_a_folder_or_a_list(hand_set):
-    cfg = load_dataset_config(hand_set / "data.yaml")
+    cfg = read_description(hand_set / "data.yaml")
     assert val_image_dir(cfg) == str(hand_set / "images" / "val")  # the common folder of the list
     _yaml(hand_set / "data.yaml", train="images/train", val="images/val", names=NAMES)
-    assert val_image_dir(load_dataset_config(hand_set / "data.yaml")) == str(hand_set / "images" / "val")
+    assert val_image_dir(read_description(hand_set / "data.yaml")) == str(hand_set / "images" / "val")
 
 
 # ------------------------------------------------------------------------------------------ COCO vs YOLO
 @pytest.fixture(scope="module")
 def yolo_copy(tiny_shapes_coco, tmp_path_factory) -> Path:
     """tiny_shapes_coco written in YOLO layout; returns its data.yaml."""
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     splits = {s: COCODataset(cfg["root"], cfg[s]["images"], cfg[s]["ann"]) for s in ("train", "val")}
     return write_yolo_dataset(tmp_path_factory.mktemp("yolo") / "shapes_yolo", splits)
 
@@ -248,7 +248,7 @@ def yolo_copy(tiny_shapes_coco, tmp_path_factory) -> Path:
 def test_written_yolo_set_reads_back_the_coco_boxes(tiny_shapes_coco, yolo_copy):
     data = yaml.safe_load(yolo_copy.read_text())
     assert data == {"train": "images/train", "val": "images/val", "nc": 6, "names": list(SHAPE_NAMES)}
-    cfg = load_dataset_config(tiny_shapes_coco["config"])
+    cfg = read_description(tiny_shapes_coco["config"])
     for split in ("train", "val"):
         coco = COCODataset(cfg["root"], cfg[split]["images"], cfg[split]["ann"])
         yolo = _dataset(yolo_copy.parent, split)

@@ -33,16 +33,23 @@ from tabulate import tabulate
 
 from benchmarks.kit.measure import ratio, value_range
 from yolox_fast.core.cli import add_exp_arguments, build_exp, parse_with_overrides
-from yolox_fast.core.export import SUFFIXES, CalibrationImages, export_file, export_metadata, exported_size
 from yolox_fast.data.build import build_calibration_dataset, build_eval_dataset
-from yolox_fast.inference import load_exported_model, load_inference_model
-from yolox_fast.inference.graph_nms import GraphNMS
+from yolox_fast.export import (
+    FORMATS,
+    CalibrationImages,
+    GraphNMS,
+    export_file,
+    export_metadata,
+    exported_size,
+    load_exported_model,
+)
+from yolox_fast.inference import load_inference_model
 
 # (format, precision) in table order; pytorch fp32 is the baseline every ratio divides by
 ROWS = (("pytorch", "fp32"), ("torchscript", "fp32"), ("onnx", "fp32"), ("onnx", "int8"),
         ("onnx", "fp32+nms"), ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int8"),
         ("openvino", "fp32+nms"))  # fmt: skip
-FORMATS = tuple(dict.fromkeys(fmt for fmt, _ in ROWS if fmt != "pytorch"))
+COMPARED = tuple(dict.fromkeys(fmt for fmt, _ in ROWS if fmt != "pytorch"))
 SHAPES_EXP = Path(__file__).resolve().parents[2] / "exps" / "example" / "shapes_nano.py"
 
 
@@ -94,7 +101,7 @@ def _median_call(model: Callable, images: torch.Tensor, runs: int) -> float:
 
 def _export(fmt: str, row_precision: str, model, exp, class_names, folder: str, calibration) -> str:
     precision, _, nms = row_precision.partition("+")
-    path = os.path.join(folder, f"{exp.exp_name}_{precision}{'_nms' if nms else ''}{SUFFIXES[fmt]}")
+    path = os.path.join(folder, f"{exp.exp_name}_{precision}{'_nms' if nms else ''}{FORMATS[fmt].suffix}")
     calibrated = calibration.num_images if precision == "int8" else 0
     graph_nms = GraphNMS(exp.test_conf, exp.nmsthre) if nms else None
     meta = export_metadata(exp, model, class_names, fmt, False, None, precision, "cpu", calibrated, graph_nms)
@@ -121,9 +128,9 @@ def main(argv=None) -> None:
     exp.prepare_dataset()
     model, class_names = load_inference_model(exp, ckpt, "cpu")
     formats = args.formats.split(",")
-    unknown = set(formats) - set(FORMATS)
+    unknown = set(formats) - set(COMPARED)
     if unknown:
-        choices = ", ".join(FORMATS)
+        choices = ", ".join(COMPARED)
         raise SystemExit(f"--formats: unknown {', '.join(sorted(unknown))} (choose from {choices})")
     wanted = [(f, p) for f, p in ROWS if f == "pytorch" or f in formats]
     calibration = None

@@ -22,7 +22,8 @@ from yolox_fast.core.cli import parse_with_overrides
 from yolox_fast.core.demo import DEMO_CONF, DEMO_NMS
 from yolox_fast.exp import BaseExp, get_exp_by_checkpoint, get_exp_by_file, get_exp_by_name
 from yolox_fast.exp.build import exp_names
-from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
+from yolox_fast.export import exported_format, load_exported_model
+from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.inference.predictor import NO_WEIGHTS
 from yolox_fast.utils.hub import fetch_weights, weights_key
 
@@ -135,12 +136,14 @@ class YOLOX:
         batch: int = 1,
         color: str = "bgr",
         per_class_nms: bool = False,
+        recursive: bool = False,
     ) -> list[Results]:
         """Detect objects in `sources`: a path (image, folder, glob pattern), a PIL image or an array
-        (H, W, 3) uint8 in `color` order ("bgr" as OpenCV reads, or "rgb"), or a list of these. `conf`: score
-        threshold, `iou`: NMS IoU threshold (across classes, one box per object, unless `per_class_nms`),
-        `batch`: images per forward. Returns one Results per image, in order, boxes in its own pixels."""
-        return list(self.predict_stream(sources, conf, iou, batch, color, per_class_nms))
+        (H, W, 3) uint8 in `color` order ("bgr" as OpenCV reads, or "rgb"), or a list of these. A folder
+        gives its own images, and with `recursive` those of its subfolders too. `conf`: score threshold,
+        `iou`: NMS IoU threshold (across classes, one box per object, unless `per_class_nms`), `batch`:
+        images per forward. Returns one Results per image, in order, boxes in its own pixels."""
+        return list(self.predict_stream(sources, conf, iou, batch, color, per_class_nms, recursive))
 
     def predict_stream(
         self,
@@ -150,6 +153,7 @@ class YOLOX:
         batch: int = 1,
         color: str = "bgr",
         per_class_nms: bool = False,
+        recursive: bool = False,
     ) -> Iterator[Results]:
         """`predict` one batch at a time: for folders too large to hold every image and result at once."""
         if batch < 1:
@@ -157,7 +161,7 @@ class YOLOX:
         predictor = self.predictor()
         predictor.conf, predictor.nms, predictor.class_agnostic = conf, iou, not per_class_nms
         chunk: list[tuple[str | None, Any]] = []
-        for item in read_sources(sources, color):
+        for item in read_sources(sources, color, recursive):
             chunk.append(item)
             if len(chunk) == batch:
                 yield from self._detect(predictor, chunk)

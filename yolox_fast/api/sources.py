@@ -3,7 +3,6 @@ read as (name, BGR uint8 (H, W, 3)) images, the layout the Predictor works in.""
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,25 +11,31 @@ from typing import Any
 import cv2
 import numpy as np
 
-from yolox_fast.core.demo import list_images
+from yolox_fast.core.sources import is_pattern, list_images
 from yolox_fast.data import image_io
 
 COLOR_ORDERS = ("bgr", "rgb")
 
 
-def read_sources(sources: Any, color: str = "bgr") -> Iterator[tuple[str | None, np.ndarray]]:
+def read_sources(
+    sources: Any, color: str = "bgr", recursive: bool = False
+) -> Iterator[tuple[str | None, np.ndarray]]:
     """(name, image (H, W, 3) uint8 BGR) for each image of `sources`, in order.
 
-    A source is a path (an image file, a folder searched recursively, or a glob pattern such as
-    `photos/*.jpg`), a PIL image, an array (H, W, 3) or (H, W) uint8, or (B, H, W, 3) for B images, in the
-    `color` order ("bgr", as OpenCV reads, or "rgb", as PIL and most other libraries give), or a list of
-    these. Names are the files' paths (None for arrays). An unreadable file is a ValueError naming it.
+    A source is a path (an image file, a folder: its own images, and its subfolders' too with `recursive`,
+    or a glob pattern such as `photos/*.jpg`; see `core.sources.list_images`), a PIL image, an array
+    (H, W, 3) or (H, W) uint8, or (B, H, W, 3) for B images, in the `color` order ("bgr", as OpenCV reads,
+    or "rgb", as PIL and most other libraries give), or a list of these. Names are the files' paths (None
+    for arrays). An unreadable file is a ValueError naming it.
     """
     if color not in COLOR_ORDERS:
         raise ValueError(f"color must be one of {COLOR_ORDERS}, got {color!r}")
     for source in sources if isinstance(sources, (list, tuple)) else [sources]:
         if isinstance(source, (str, os.PathLike)):
-            for path in expand_path(str(source)):
+            paths = list_images(str(source), recursive)
+            if not paths and is_pattern(str(source)):
+                raise FileNotFoundError(f"no file matches {source}")
+            for path in paths:
                 yield str(path), read_image(path)
         elif isinstance(source, np.ndarray):
             for image in source if source.ndim == 4 else [source]:
@@ -43,16 +48,6 @@ def read_sources(sources: Any, color: str = "bgr") -> Iterator[tuple[str | None,
                 f"cannot read a {type(source).__name__} as an image: give a path, a folder, a glob pattern, "
                 "a PIL image or an array"
             )
-
-
-def expand_path(source: str) -> list[Path]:
-    """A file, every image under a folder, or the files a glob pattern matches (sorted)."""
-    if glob.has_magic(source) and not Path(source).exists():
-        paths = sorted(Path(p) for p in glob.glob(source, recursive=True) if Path(p).is_file())
-        if not paths:
-            raise FileNotFoundError(f"no file matches {source}")
-        return paths
-    return list_images(source)
 
 
 def read_image(path: Path) -> np.ndarray:

@@ -10,9 +10,10 @@ import os
 import sys
 from collections.abc import Callable
 
+from yolox_fast.data.build import keep_description
 from yolox_fast.data.cache import CacheRoomError
 from yolox_fast.exp import BaseExp, Exp, get_exp
-from yolox_fast.inference.exported import ExportMetadata, MissingExtraError, check_input_size
+from yolox_fast.export.common import ExportMetadata, MissingExtraError, check_input_size
 from yolox_fast.utils.checkpoint import CheckpointError
 from yolox_fast.utils.hub import WeightsDownloadError, fetch_weights, weights_key
 from yolox_fast.utils.run_lock import RunLockError
@@ -186,6 +187,8 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None, 
     and replace the exp's; -f/-n is then optional: without it the exp is the default one with the file's
     exp_name, dataset, data_dir and thresholds (test_conf, nmsthre). --tsize must be the file's input size.
     `exp`: an exp object (the Python API's) in place of -f/-n; a copy is changed, never the caller's.
+    `args.dataset_description` (tools/train.py's): the dataset description its check of the command line
+    read, which this exp then reuses while its data settings are the same (`data.build.dataset_config`).
     """
     if exp is not None:
         exp = copy.copy(exp)  # fields are rebound, never changed in place, by what follows
@@ -212,6 +215,7 @@ def build_exp(args: argparse.Namespace, exported: ExportMetadata | None = None, 
         if exported is not None:
             check_input_size(exported, (args.tsize, args.tsize), args.ckpt)
         exp.test_size = (args.tsize, args.tsize)
+    keep_description(exp, getattr(args, "dataset_description", None))
     exp.validate()
     if exported is None:
         exp.resolve_num_classes(getattr(args, "ckpt", None))

@@ -27,27 +27,45 @@ def is_url(path: str | Path) -> bool:
     return urlparse(str(path)).scheme.lower() in STREAM_SCHEMES
 
 
-def list_images(path: str) -> list[Path | str]:
+def list_images(path: str, recursive: bool = False) -> list[Path | str]:
     """The images `path` names: an image URL (itself), a glob (`photos/*.jpg`, `data/**/*.png`; sorted), a
-    file (itself), or a folder (every image under it, recursively, sorted)."""
+    file (itself), or a folder: its own images, sorted, and with `recursive` those of its subfolders too.
+    Without `recursive`, images left in subfolders are counted in one log line that names the flag."""
     if is_url(path):
         return [path]
-    if any(c in path for c in _GLOB_CHARS):
+    if is_pattern(path):
         found = sorted(Path(p) for p in glob.glob(path, recursive=True))
-        return [p for p in found if p.is_file() and p.suffix.lower() in IMAGE_EXTS]
+        return [p for p in found if _is_image(p)]
     p = Path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise FileNotFoundError(f"no such image file or folder: {path}")
-    return sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS)
+    if recursive:
+        return sorted(f for f in p.rglob("*") if _is_image(f))
+    below = sum(1 for f in p.rglob("*") if f.parent != p and _is_image(f))
+    if below:
+        logger.info(
+            f"{path}: {below} images in its subfolders not read (the folder's own only): "
+            "--recursive (recursive=True in Python) reads them too"
+        )
+    return sorted(f for f in p.iterdir() if _is_image(f))
+
+
+def _is_image(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_EXTS and path.is_file()
+
+
+def is_pattern(path: str) -> bool:
+    """A glob pattern: glob characters in a path that does not exist as written (`photo[1].jpg` may)."""
+    return any(c in path for c in _GLOB_CHARS) and not Path(path).exists()
 
 
 def image_base(path: str) -> Path:
     """The folder image names are given relative to: the folder itself, a file's or glob's folder."""
     if is_url(path):
         return Path()
-    if any(c in path for c in _GLOB_CHARS):
+    if is_pattern(path):
         fixed = [part for part in Path(path).parts]
         while fixed and any(c in fixed[-1] for c in _GLOB_CHARS):
             fixed.pop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -12,20 +13,15 @@ from torch.utils.data import DataLoader
 
 from yolox_fast.data.augment import TrainTransform
 from yolox_fast.data.cache import build_cache
-from yolox_fast.data.config import (
-    CONFIG_DIR,
-    coco_category_names,
-    data_class_names,
-    load_dataset_config,
-    resolve_root,
-)
 from yolox_fast.data.datasets.base import DetectionDataset
-from yolox_fast.data.datasets.coco import COCODataset
+from yolox_fast.data.datasets.coco import COCODataset, coco_category_names
 from yolox_fast.data.datasets.synthetic import ensure_generated
 from yolox_fast.data.datasets.voc import VOCDetection, log_ratio_split
 from yolox_fast.data.datasets.yolo import YOLODataset
+from yolox_fast.data.description import data_class_names, read_description
 from yolox_fast.data.loader import TrainLoader, eval_collate, opencv_for_workers, worker_init
 from yolox_fast.data.mosaic import MosaicDetection
+from yolox_fast.data.paths import CONFIG_DIR, datasets_root, resolve_root
 from yolox_fast.data.sampler import InfiniteSampler, ShardSampler, YoloBatchSampler
 from yolox_fast.utils import dist as dist_utils
 
@@ -38,8 +34,44 @@ def dataset_config(exp) -> dict[str, Any]:
     description's list, unless `exp.class_names` names them. `exp.train_ann` / `exp.val_ann`, when set
     (not None), replace the description's annotation files. Reads no images and generates nothing (see
     `prepare_dataset`).
+
+    Read once for the settings it depends on: the exp keeps it (`_dataset_description`, with those
+    settings), so the builders of one run (splits, evaluator, class names, checks) share one read, and
+    an exp whose settings changed since (a copy given another data_dir, say) reads it again. Each call
+    returns its own copy, free to change.
     """
-    cfg = load_dataset_config(exp.dataset, class_names=not exp.data_dir)
+    settings = _description_settings(exp)
+    kept = getattr(exp, "_dataset_description", None)
+    if kept is None or kept[0] != settings:
+        kept = (settings, _read_exp_description(exp))
+        exp._dataset_description = kept  # rebound, never changed in place: copies of the exp may share it
+    return copy.deepcopy(kept[1])
+
+
+def kept_description(exp) -> tuple | None:
+    """The description `dataset_config` keeps on exp with the settings it was read for (None before the
+    first read): plain data, for another exp of the same run (`keep_description`), in another process
+    too."""
+    return getattr(exp, "_dataset_description", None)
+
+
+def keep_description(exp, kept: tuple | None) -> None:
+    """Give exp the description another exp of the same run read (`kept_description`), so exp reads none
+    while its settings are those it was read for. None: nothing was read."""
+    if kept is not None:
+        exp._dataset_description = kept
+
+
+def _description_settings(exp) -> tuple:
+    """What `dataset_config` reads depends on: the exp's data fields, $YOLOX_DATADIR and the working
+    directory (relative roots)."""
+    names = tuple(exp.class_names) if exp.class_names else None
+    anns = (getattr(exp, "train_ann", None), getattr(exp, "val_ann", None))
+    return (exp.dataset, exp.data_dir, *anns, names, str(datasets_root()), os.getcwd())
+
+
+def _read_exp_description(exp) -> dict[str, Any]:
+    cfg = read_description(exp.dataset, class_names=not exp.data_dir)
     if exp.data_dir:
         cfg["root"] = resolve_root(exp.data_dir)
         cfg["name"] = Path(cfg["root"]).name or cfg["name"]

@@ -34,8 +34,8 @@ import psutil
 from loguru import logger
 
 from yolox_fast.data.augment import resize_keep_ratio
-from yolox_fast.data.config import datasets_root
 from yolox_fast.data.image_io import CorruptImageError
+from yolox_fast.data.paths import datasets_root
 from yolox_fast.utils.cgroup import cgroup_memory
 from yolox_fast.utils.dist import get_rank
 from yolox_fast.utils.progress import Progress

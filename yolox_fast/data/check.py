@@ -20,6 +20,7 @@ import torch
 from loguru import logger
 from tabulate import tabulate
 
+from yolox_fast.data import check_plots
 from yolox_fast.data.build import build_checked_dataset, dataset_config
 from yolox_fast.data.datasets.base import DetectionDataset
 from yolox_fast.data.datasets.problems import ERROR, WARNING, DatasetProblems
@@ -309,8 +310,6 @@ def check_dataset(
     `exp.get_data_loader` as the model sees them) into `output_dir` (default
     `<exp.output_dir>/<exp.exp_name>/dataset_check/`). The built-in synthetic set is generated first
     if missing. `decode=False` opens image headers only."""
-    from yolox_fast.data import check_plots
-
     exp.prepare_dataset()
     cfg = dataset_config(exp)
     out = Path(output_dir or Path(exp.output_dir) / exp.exp_name / "dataset_check")

@@ -27,7 +27,7 @@ from typing import Any
 
 from loguru import logger
 
-_LOGGED: set[str] = set()  # folders whose description was logged in this process (the config is read often)
+from yolox_fast.data.datasets.yolo import yolo_description
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 VAL_NAMES = ("valid", "val", "test")
@@ -150,13 +150,11 @@ def _labelimg(root: Path) -> dict[str, Any] | None:
 
 def describe_folder(folder: str | Path) -> dict[str, Any]:
     """The description (the layout of `configs/*.json`) of a dataset folder, by the table in the module
-    docstring; class names are left to the data (`config.data_class_names`). FileNotFoundError saying what
-    was looked for when the folder matches no layout."""
+    docstring; class names are left to the data (`description.data_class_names`). FileNotFoundError saying
+    what was looked for when the folder matches no layout."""
     root = Path(folder).expanduser().resolve()
     for yaml_name in ("data.yaml", "data.yml"):
         if (root / yaml_name).is_file():
-            from yolox_fast.data.datasets.yolo import yolo_description
-
             logger.info(f"dataset folder {root}: read through its {yaml_name} (Ultralytics YOLO)")
             return yolo_description(root / yaml_name)
     layouts = (
@@ -171,9 +169,6 @@ def describe_folder(folder: str | Path) -> dict[str, Any]:
         found = detect(root)
         if found is not None:
             cfg = {"name": root.name, "root": str(root), **found}
-            if str(root) in _LOGGED:
-                return cfg
-            _LOGGED.add(str(root))
             logger.info(
                 f"dataset folder {root}: read as {what}; the same as this description (save it as a .json to "
                 f"change it):\n{json.dumps(cfg)}"

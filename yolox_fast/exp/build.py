@@ -19,7 +19,7 @@ EXAMPLES = ("shapes_nano", "finetune_nano", "custom_coco", "custom_yolo")
 
 def _example_dir() -> Path:
     """The example exps: the package's copy (a wheel or `pip install .`; setup.py copies exps/example/ into
-    it), else the checkout's exps/example/ (an editable install, a source tree), as data.config.CONFIG_DIR."""
+    it), else the checkout's exps/example/ (an editable install, a source tree), as data.paths.CONFIG_DIR."""
     installed = Path(__file__).resolve().parent / "example"
     return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "exps" / "example"
 

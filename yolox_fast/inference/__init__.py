@@ -1,6 +1,5 @@
 """Running a trained detector: the Predictor and the batch forward + NMS every caller shares."""
 
-from yolox_fast.inference.exported import ExportedModel, exported_format, load_exported_model
 from yolox_fast.inference.predictor import (
     Detections,
     Predictor,
@@ -13,11 +12,8 @@ from yolox_fast.inference.predictor import (
 
 __all__ = [
     "Detections",
-    "ExportedModel",
     "Predictor",
     "detect_batch",
-    "exported_format",
-    "load_exported_model",
     "load_inference_model",
     "model_device",
     "model_memory_format",

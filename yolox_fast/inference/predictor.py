@@ -16,7 +16,7 @@ import torch.nn as nn
 from loguru import logger
 
 from yolox_fast.data.augment import letterbox
-from yolox_fast.inference.exported import ExportedModel
+from yolox_fast.export import ExportedModel
 from yolox_fast.models.network_blocks import fuse_model
 from yolox_fast.utils.amp import autocast
 from yolox_fast.utils.boxes import postprocess

@@ -1,6 +1,7 @@
 """Detect objects in images, a video or a webcam stream, B images/frames per forward.
 
 python tools/demo.py image -n yolox-s -c yolox_s.pth --path assets/ --save_result -b 8
+python tools/demo.py image -n yolox-s -c yolox_s.pth --path photos/ --recursive   # and its subfolders' images
 python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --save_result
 python tools/demo.py video -f exps/yolox_nano.py -c best_ckpt.pth --path clip.mp4 --track --save_result  # ids
 python tools/demo.py webcam -n yolox-nano -c yolox_nano.pth --camid 0
@@ -36,7 +37,8 @@ from yolox_fast.core.prediction_outputs import add_output_arguments, output_opti
 from yolox_fast.data.build import prepare_dataset
 from yolox_fast.data.datasets.voc import split_folders
 from yolox_fast.data.datasets.yolo import val_image_dir
-from yolox_fast.inference import Predictor, exported_format, load_exported_model, load_inference_model
+from yolox_fast.export import exported_format, load_exported_model
+from yolox_fast.inference import Predictor, load_inference_model
 from yolox_fast.tracking import ByteTracker
 from yolox_fast.utils.allocator import keep_freed_memory
 from yolox_fast.utils.amp import amp_dtype
@@ -56,9 +58,12 @@ def make_parser() -> argparse.ArgumentParser:
         "--path",
         type=str,
         default=None,
-        help="image: file, folder (searched recursively), glob ('photos/*.jpg', 'data/**/*.png') or "
-        "image URL; video: file or stream URL (rtsp://, http(s)://; reconnected when it drops); default: "
-        "the exp's val images",
+        help="image: file, folder (its own images; with --recursive its subfolders' too), glob "
+        "('photos/*.jpg', 'data/**/*.png') or image URL; video: file or stream URL (rtsp://, http(s)://; "
+        "reconnected when it drops); default: the exp's val images, read as the split is (subfolders too)",
+    )
+    p.add_argument(
+        "--recursive", action="store_true", help="image: a folder's subfolders too (default: its own images)"
     )
     p.add_argument("--camid", type=int, default=0, help="webcam id")
     p.add_argument("-b", "--batch-size", type=int, default=1, help="images or frames per forward")
@@ -142,11 +147,11 @@ def main(argv=None) -> None:
         class_agnostic=not args.per_class_nms,
     )
     image_dir = (args.path or default_image_dir(exp)) if args.demo == "image" else None
+    recursive = args.recursive or args.path is None  # the val split's images are all of its folder's
     if exp.compile:
         # a folder's last batch may be smaller; a stream's batches are all -b but its last
-        sizes = (
-            run_batch_sizes(len(list_images(image_dir)), args.batch_size) if image_dir else [args.batch_size]
-        )
+        count = len(list_images(image_dir, recursive)) if image_dir else 0
+        sizes = run_batch_sizes(count, args.batch_size) if image_dir else [args.batch_size]
         predictor.compile(exp.compile_mode, sizes, exp.compile_backend)
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
 
@@ -160,6 +165,7 @@ def main(argv=None) -> None:
             save_images=args.save_result,
             save_json=args.save_json,
             outputs=output_options(args),
+            recursive=recursive,
         )
     else:
         if args.demo == "video" and args.path is None:

@@ -31,15 +31,8 @@ from yolox_fast.core.cli import (
 from yolox_fast.core.launch import launch
 from yolox_fast.evaluators.detection_evaluator import batch_sizes
 from yolox_fast.evaluators.report import log_eval_report, write_eval_report
-from yolox_fast.inference import (
-    ExportedModel,
-    detect_batch,
-    exported_format,
-    load_exported_model,
-    load_inference_model,
-    model_device,
-    model_memory_format,
-)
+from yolox_fast.export import ExportedModel, exported_format, load_exported_model
+from yolox_fast.inference import detect_batch, load_inference_model, model_device, model_memory_format
 from yolox_fast.utils import dist as dist_utils
 from yolox_fast.utils.allocator import keep_freed_memory
 from yolox_fast.utils.amp import amp_dtype

@@ -30,25 +30,49 @@ from yolox_fast.core.cli import (
     parse_with_overrides,
     run_tool,
 )
-from yolox_fast.core.export import (
+from yolox_fast.data.build import build_calibration_dataset
+from yolox_fast.export import (
     FORMATS,
-    SUFFIXES,
     CalibrationImages,
-    add_nms_arguments,
-    check_nms_flags,
+    GraphNMS,
     export_file,
     export_metadata,
     exported_size,
-    graph_nms_from_args,
+    load_exported_model,
     output_diff,
 )
-from yolox_fast.data.build import build_calibration_dataset
-from yolox_fast.inference import load_exported_model, load_inference_model
+from yolox_fast.export.formats import graph_nms_formats
+from yolox_fast.inference import load_inference_model
+
+
+def add_nms_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags for NMS in the graph (`graph_nms`)."""
+    p.add_argument(
+        "--nms",
+        action="store_true",
+        help="ONNX / OpenVINO: end the graph in score filter + NMS; outputs detections (B, D, 6) "
+        "[x1, y1, x2, y2, score, class] in input px and num_detections (B,) (docs/deployment.md)",
+    )
+    p.add_argument(
+        "--nms-conf", type=float, default=None, help="--nms: keep score > this (default test_conf)"
+    )
+    p.add_argument("--nms-iou", type=float, default=None, help="--nms: NMS IoU threshold (default nmsthre)")
+    p.add_argument("--nms-agnostic", action="store_true", help="--nms: NMS across classes, not within each")
+    p.add_argument("--max-det", type=int, default=100, help="--nms: detections per image, D (default 100)")
+
+
+def graph_nms_from_args(args: argparse.Namespace, exp) -> GraphNMS | None:
+    """The GraphNMS --nms asks for (thresholds default to the exp's evaluation ones), None without it."""
+    if not args.nms:
+        return None
+    conf = exp.test_conf if args.nms_conf is None else args.nms_conf
+    iou = exp.nmsthre if args.nms_iou is None else args.nms_iou
+    return GraphNMS(conf, iou, args.nms_agnostic, args.max_det)
 
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser("yolox_fast export")
-    p.add_argument("--format", choices=FORMATS, default="onnx", help="file format (default onnx)")
+    p.add_argument("--format", choices=tuple(FORMATS), default="onnx", help="file format (default onnx)")
     p.add_argument(
         "--output-name",
         type=str,
@@ -117,7 +141,10 @@ def check_flags(args) -> None:
         )
     if args.format == "torchscript" and (args.dynamic or args.int8):
         raise ValueError("--dynamic and --int8 are for ONNX and OpenVINO (TorchScript takes any batch)")
-    check_nms_flags(args)
+    if args.nms and (not FORMATS[args.format].graph_nms or args.int8):
+        raise ValueError(
+            f"--nms: NMS in the graph is for {graph_nms_formats()}, and not built for INT8 files"
+        )
     if args.int8 and args.half:
         raise ValueError("--int8 and --half: choose one precision")
     if args.int8 and args.calib_images < 1:
@@ -142,7 +169,7 @@ def main(argv=None, parser: argparse.ArgumentParser | None = None, exp=None) -> 
     ckpt = default_checkpoint(exp, args.ckpt)
     precision = "int8" if args.int8 else "fp16" if args.half else "fp32"
     tag = ("" if precision == "fp32" else f"_{precision}") + ("_nms" if args.nms else "")
-    output = args.output_name or f"{exp.exp_name}{tag}{SUFFIXES[args.format]}"
+    output = args.output_name or f"{exp.exp_name}{tag}{FORMATS[args.format].suffix}"
     device = "cuda" if args.device == "gpu" or args.format == "tensorrt" else "cpu"
 
     model, class_names = load_inference_model(exp, ckpt, "cpu", random_weights=args.random_weights)

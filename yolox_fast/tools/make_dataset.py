@@ -12,10 +12,10 @@ import shutil
 from pathlib import Path
 
 from yolox_fast.core.cli import run_tool
-from yolox_fast.data.config import load_dataset_config
 from yolox_fast.data.datasets.coco import COCODataset
 from yolox_fast.data.datasets.synthetic import default_description, generate
 from yolox_fast.data.datasets.yolo import write_yolo_dataset
+from yolox_fast.data.description import read_description
 
 
 def main(argv=None) -> None:
@@ -37,7 +37,7 @@ def main(argv=None) -> None:
     parser.add_argument("--min-side", type=float, help="smallest shape extent in px")
     args = parser.parse_args(argv)
 
-    cfg = load_dataset_config(args.config)
+    cfg = read_description(args.config)
     fmt, out, yolo_out = args.format or cfg["format"], args.out, None
     if fmt == "yolo":  # rendered in COCO format beside the output, then converted
         yolo_out = Path(out or f"{cfg['root']}_yolo")

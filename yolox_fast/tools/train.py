@@ -20,6 +20,7 @@ from yolox_fast.core.cli import (
 )
 from yolox_fast.core.launch import launch
 from yolox_fast.core.trainer import run_training
+from yolox_fast.data.build import kept_description
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -93,6 +94,7 @@ def parse_args(argv=None, exp=None) -> argparse.Namespace:
         args.batch_size = exp.batch_size
     if args.experiment_name is None:
         args.experiment_name = exp.exp_name
+    args.dataset_description = kept_description(exp)  # read by num_classes None: the run's exp reuses it
     return args
 
 

@@ -1,19 +1,21 @@
-"""COCODataset: any COCO-format json plus an image folder, read into a DatasetIndex once per machine."""
+"""COCODataset: any COCO-format json plus an image folder, read into a DatasetIndex once per machine; and the
+COCO rules a description needs: where an annotation file lies, which of its categories train."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import math
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from loguru import logger
 from pycocotools.coco import COCO
 
-from yolox_fast.data.config import annotation_path, trained_categories
 from yolox_fast.data.datasets.base import BoxClipCounter, DetectionDataset
 from yolox_fast.data.datasets.coco_json import read_coco_json
 from yolox_fast.data.datasets.consistency import check_coco_ids, file_sizes, fill_coco_defaults
@@ -24,6 +26,63 @@ from yolox_fast.data.datasets.problems import DatasetProblems
 # the scoring ground truth a COCO index carries besides the training boxes: every annotation with a
 # usable box, crowd ones included, in file order (what COCOeval reads of the file and nothing more)
 TRUTH = ("gt_ann_ids", "gt_image_ids", "gt_category_ids", "gt_bbox", "gt_area", "gt_iscrowd")
+
+
+def coco_category_names(cfg: dict[str, Any], path: Path | str | None = None) -> list[str]:
+    """Class names of a COCO-format description from its annotation files' categories, sorted by id
+    (an export's unused supercategory left out, see `trained_categories`)."""
+    # val first: it is the small file (COCO train annotations are ~450 MB)
+    for split in ("val", "train"):
+        ann = annotation_path(cfg["root"], cfg[split]["ann"])
+        if os.path.isfile(ann):
+            st = os.stat(ann)
+            return list(_trained_category_names(ann, st.st_size, st.st_mtime_ns))
+    raise FileNotFoundError(
+        f"dataset description {path or cfg.get('config_path')} has no class_names and no annotation file to "
+        f"read them from (looked for {cfg['val']['ann']} and {cfg['train']['ann']} under "
+        f"{cfg['root']}/annotations and {cfg['root']})"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _trained_category_names(ann: str, size: int, mtime_ns: int) -> tuple[str, ...]:
+    """The trained category names of an annotation file, parsed once per process for each (size, mtime):
+    a run asks for the class names several times, and a `data_dir` set's description leaves them to the
+    annotation file."""
+    return tuple(c["name"] for c in trained_categories(read_coco_json(ann))[0])
+
+
+def trained_categories(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the categories to train, sorted by id; those left out) of a COCO annotation dict.
+
+    Left out: a category that another category names as its supercategory and that no annotation of
+    the file uses. Roboflow's COCO exports carry one (id 0, the dataset's name, the supercategory of
+    every real class); trained, it would be a class no box ever has.
+    """
+    cats = sorted(data.get("categories") or [], key=lambda c: c["id"])
+    used = {a.get("category_id") for a in data.get("annotations") or []}
+    parents = {c.get("supercategory") for c in cats} - {None}
+    dropped = [
+        c
+        for c in cats
+        if c["id"] not in used
+        and c.get("name") in parents
+        and any(o.get("supercategory") == c.get("name") and o is not c for o in cats)
+    ]
+    return [c for c in cats if c not in dropped], dropped
+
+
+def annotation_path(root: str, ann: str) -> str:
+    """A COCO annotation file: `ann` itself if absolute, else `<root>/annotations/<ann>` (YOLOX's layout)
+    when that exists, else `<root>/<ann>` when that does (exports such as Roboflow's keep the json beside
+    the images: `train/_annotations.coco.json`); YOLOX's path when neither exists."""
+    if os.path.isabs(ann):
+        return ann
+    yolox_layout = os.path.join(root, "annotations", ann)
+    beside = os.path.join(root, ann)
+    if not os.path.isfile(yolox_layout) and os.path.isfile(beside):
+        return beside
+    return yolox_layout
 
 
 class COCODataset(DetectionDataset):

@@ -106,7 +106,7 @@ def _xml_stems(folder: str) -> list[str]:
 
 def split_folders(root: str, split: Mapping[str, Any]) -> tuple[str, str]:
     """(images folder, annotations folder) of a non-VOCdevkit split, relative to root (default
-    JPEGImages and Annotations; `load_dataset_config` copies the description's top-level ones in)."""
+    JPEGImages and Annotations; `read_description` copies the description's top-level ones in)."""
     images = split.get("images", DEFAULT_IMAGES)
     annotations = split.get("annotations", DEFAULT_ANNOTATIONS)
     return os.path.join(root, images), os.path.join(root, annotations)

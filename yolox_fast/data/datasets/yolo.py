@@ -36,7 +36,6 @@ import yaml
 from loguru import logger
 from pycocotools.coco import COCO
 
-from yolox_fast.data.config import datasets_root
 from yolox_fast.data.datasets.base import (
     BoxClipCounter,
     DetectionDataset,
@@ -46,6 +45,7 @@ from yolox_fast.data.datasets.base import (
 from yolox_fast.data.datasets.index import DatasetIndex, IndexBuilder
 from yolox_fast.data.datasets.problems import DatasetProblems
 from yolox_fast.data.image_io import HEADER_THREADS, CorruptImageError, image_size, read_image
+from yolox_fast.data.paths import datasets_root
 
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 COORD_TOLERANCE = 1e-3  # normalised coordinates this far outside [0, 1] are rounding, and clipped

@@ -1,54 +1,30 @@
-"""Dataset descriptions: where a dataset lives and in which format.
+"""read_description: a dataset description, which says where a dataset lives and in which format.
 
 A description is a JSON file (the built-in ones, `coco`, `voc` and `shapes`, are the top-level `configs/`,
 which the package carries as `yolox_fast/configs/`), an Ultralytics `data.yaml`, or a dataset folder whose
 layout is recognised (`layouts.py`). Roots may start with `$YOLOX_DATADIR`, the folder that holds the
-datasets: the environment variable of that name, else `./datasets`. A relative root is relative to the
-working directory. Nothing here reads images or generates data.
+datasets: the environment variable of that name, else `./datasets` (`paths.py`). A relative root is
+relative to the working directory. Nothing here reads images or generates data.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import string
 from pathlib import Path
 from typing import Any
 
-from yolox_fast.data.datasets.coco_json import read_coco_json
+from yolox_fast.data.datasets.coco import coco_category_names
+from yolox_fast.data.datasets.voc import xml_class_names
+from yolox_fast.data.datasets.yolo import yolo_description
+from yolox_fast.data.layouts import describe_folder
+from yolox_fast.data.paths import CONFIG_DIR, builtin_names, resolve_root
 
-
-def _config_dir() -> Path:
-    """The built-in descriptions: the package's copy (a wheel or `pip install .`), else the checkout's
-    top-level configs/ (an editable install, a source tree)."""
-    package = Path(__file__).resolve().parents[1]
-    installed = package / "configs"
-    return installed if installed.is_dir() else package.parent / "configs"
-
-
-CONFIG_DIR = _config_dir()
 FORMATS = ("coco", "voc", "yolo")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
-def datasets_root() -> Path:
-    """The folder that holds the datasets: $YOLOX_DATADIR, else `datasets` in the working directory."""
-    return Path(os.environ.get("YOLOX_DATADIR") or "datasets").expanduser().absolute()
-
-
-def resolve_root(root: str) -> str:
-    """A description's root as an absolute path: `$YOLOX_DATADIR` expanded, relative to the working dir."""
-    expanded = string.Template(str(root)).safe_substitute(YOLOX_DATADIR=str(datasets_root()))
-    return str(Path(expanded).expanduser().absolute())
-
-
-def builtin_names() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
-
-
-def load_dataset_config(name_or_path: str | Path, class_names: bool = True) -> dict[str, Any]:
-    """Load a dataset description by name (a built-in: coco, voc, shapes), by path (.json or data.yaml),
+def read_description(name_or_path: str | Path, class_names: bool = True) -> dict[str, Any]:
+    """Read a dataset description by name (a built-in: coco, voc, shapes), by path (.json or data.yaml),
     or from a dataset folder, whose layout is recognised (`layouts.describe_folder`).
 
     Returns the description dict with `root` absolute, a VOC description's splits in their full form
@@ -59,8 +35,6 @@ def load_dataset_config(name_or_path: str | Path, class_names: bool = True) -> d
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
-        from yolox_fast.data.layouts import describe_folder
-
         cfg = describe_folder(path)
     else:
         if not path.is_file():
@@ -70,7 +44,7 @@ def load_dataset_config(name_or_path: str | Path, class_names: bool = True) -> d
                     f"dataset description {str(name_or_path)!r} not found: neither a file, a dataset folder "
                     f"nor a built-in description ({', '.join(builtin_names())})"
                 )
-        cfg = _read_description(path)
+        cfg = _read_file(path)
     cfg["config_path"] = str(path.resolve())
     if cfg.get("format") == "voc":
         expand_voc_splits(cfg, path)
@@ -81,10 +55,8 @@ def load_dataset_config(name_or_path: str | Path, class_names: bool = True) -> d
     return cfg
 
 
-def _read_description(path: Path) -> dict[str, Any]:
+def _read_file(path: Path) -> dict[str, Any]:
     if path.suffix.lower() in YAML_SUFFIXES:
-        from yolox_fast.data.datasets.yolo import yolo_description
-
         return yolo_description(path)
     try:
         cfg = json.loads(path.read_text())
@@ -124,8 +96,6 @@ def expand_voc_splits(cfg: dict[str, Any], path: Path | str) -> None:
 def data_class_names(cfg: dict[str, Any], path: Path | str | None = None) -> list[str]:
     """The class names the data itself gives: COCO categories, or the object names of the VOC XML files."""
     if cfg["format"] == "voc":
-        from yolox_fast.data.datasets.voc import xml_class_names
-
         return xml_class_names(cfg["root"], [cfg["train"], cfg["val"]])
     if cfg["format"] == "coco":
         return coco_category_names(cfg, path)
@@ -163,59 +133,3 @@ def validate_description(cfg: dict[str, Any], path: Path | str) -> None:
         raise ValueError(f"dataset description {path}: metric must be 'coco' or 'voc', got {metric!r}")
     if metric == "voc" and cfg["format"] != "voc":
         raise ValueError(f"dataset description {path}: the VOC metric scores VOC-format sets only")
-
-
-def coco_category_names(cfg: dict[str, Any], path: Path | str | None = None) -> list[str]:
-    """Class names of a COCO-format description from its annotation files' categories, sorted by id
-    (an export's unused supercategory left out, see `trained_categories`)."""
-    # val first: it is the small file (COCO train annotations are ~450 MB)
-    for split in ("val", "train"):
-        ann = annotation_path(cfg["root"], cfg[split]["ann"])
-        if os.path.isfile(ann):
-            st = os.stat(ann)
-            return list(_trained_category_names(ann, st.st_size, st.st_mtime_ns))
-    raise FileNotFoundError(
-        f"dataset description {path or cfg.get('config_path')} has no class_names and no annotation file to "
-        f"read them from (looked for {cfg['val']['ann']} and {cfg['train']['ann']} under "
-        f"{cfg['root']}/annotations and {cfg['root']})"
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _trained_category_names(ann: str, size: int, mtime_ns: int) -> tuple[str, ...]:
-    """The trained category names of an annotation file, parsed once per process for each (size, mtime):
-    a run reads the description several times."""
-    return tuple(c["name"] for c in trained_categories(read_coco_json(ann))[0])
-
-
-def trained_categories(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(the categories to train, sorted by id; those left out) of a COCO annotation dict.
-
-    Left out: a category that another category names as its supercategory and that no annotation of
-    the file uses. Roboflow's COCO exports carry one (id 0, the dataset's name, the supercategory of
-    every real class); trained, it would be a class no box ever has.
-    """
-    cats = sorted(data.get("categories") or [], key=lambda c: c["id"])
-    used = {a.get("category_id") for a in data.get("annotations") or []}
-    parents = {c.get("supercategory") for c in cats} - {None}
-    dropped = [
-        c
-        for c in cats
-        if c["id"] not in used
-        and c.get("name") in parents
-        and any(o.get("supercategory") == c.get("name") and o is not c for o in cats)
-    ]
-    return [c for c in cats if c not in dropped], dropped
-
-
-def annotation_path(root: str, ann: str) -> str:
-    """A COCO annotation file: `ann` itself if absolute, else `<root>/annotations/<ann>` (YOLOX's layout)
-    when that exists, else `<root>/<ann>` when that does (exports such as Roboflow's keep the json beside
-    the images: `train/_annotations.coco.json`); YOLOX's path when neither exists."""
-    if os.path.isabs(ann):
-        return ann
-    yolox_layout = os.path.join(root, "annotations", ann)
-    beside = os.path.join(root, ann)
-    if not os.path.isfile(yolox_layout) and os.path.isfile(beside):
-        return beside
-    return yolox_layout
