@@ -87,7 +87,11 @@ def forward_flops_per_image(
 def achieved_columns(flops_per_image: float, images_per_second: float, peak: dict[str, float]) -> list[str]:
     """A row's "GFLOP/s" and "of peak" cells: FLOPs/image x images/s, and that over the measured peak."""
     rate = flops_per_image * images_per_second
-    return [f"{rate / 1e9:.1f}", f"{100 * rate / peak['peak']:.1f}%"]
+
+    def figure(value: float) -> str:  # three significant digits: a tiny test run must not print 0.0
+        return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+    return [figure(rate / 1e9), f"{figure(100 * rate / peak['peak'])}%"]
 
 
 def peak_line(peak: dict[str, float], what: str) -> str:
