@@ -16,17 +16,17 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
 - Weights (--weights): default the COCO-trained nano in ../shared/weights. Both sides load the file as
   their `-c` does (the 80-class layer is skipped; it starts at the prior on both sides).
 - Rows, all from the same start. `official`: official 0.3.0's pieces in a plain loop, as its Trainer runs
-  them (`yolox_official`). `official-later`: the same with the SimOTA candidate rule of official's later
-  code (`use_later_assignment_rule`: centre radius 1.5, no box prior). `ours`: `tools/train.py -c
-  WEIGHTS`, the recipe as exp overrides. When the weights' BatchNorm is folded into the convolutions
-  (identity statistics, as these are), yolox_fast re-estimates it before training (exp.refit_folded_bn)
-  and official cannot: official's rows then start from the weights after that refit (computed by
-  yolox_fast's code on the same training images, saved as a file official's `-c` loads), the start a
-  YOLOX user has with Megvii's own weights, which carry their statistics. `official-file` (only when
+  them (`benchmarks/kit/official.py`). `official-later`: the same with the SimOTA candidate rule of
+  official's later code (`use_later_assignment_rule`: centre radius 1.5, no box prior). `ours`:
+  `tools/train.py -c WEIGHTS`, the recipe as exp overrides. When the weights' BatchNorm is folded into the
+  convolutions (identity statistics, as these are), yolox_fast re-estimates it before training
+  (exp.refit_folded_bn) and official cannot: official's rows then start from the weights after that refit
+  (computed by yolox_fast's code on the same training images, saved as a file official's `-c` loads), the
+  start a YOLOX user has with Megvii's own weights, which carry their statistics. `official-file` (only when
   asked, with --rows) trains official from the weights file as it is.
 - Dense variant (--tiled 3): every image of a split is a 3x3 tiling of nine photos of the same split
   (each photo fitted into its cell, grey around it; real pixels and real boxes), as many tiled images as
-  photos, each photo once in every cell position. On the raccoon set that is about 14 boxes per image,
+  photos, each photo once in every cell position. On the raccoon set that is about 10 boxes per image,
   most of them small at 416 px: a stand-in for dense real scenes, not a real dense set.
 - Same on both sides: yolox-nano, batch, steps per epoch (the train set is cut to a multiple of the
   batch: official counts ceil(N / batch), yolox_fast floor), input and test size, multi-scale off,
