@@ -348,7 +348,8 @@ def test_fidelity_benchmark_runs_both_sides(tmp_path):
 def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc, tmp_path):
     """`tools/benchmark.py finetune` as a user runs it (reference python) on their own folder of LabelImg
     XML files tiled 2x2 (--tiled), from a checkpoint whose BatchNorm is folded: official 0.3.0 and with its
-    later assignment rule from the refitted weights, ours, and official from the file; two tiny epochs."""
+    later assignment rule from the refitted weights, ours, official from the file, and official's loop fed by
+    our loader; two tiny epochs."""
     import shutil
 
     from test_finetune import save_folded_coco_nano
@@ -365,7 +366,7 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
     cmd = [python, str(REPO / "tools" / "benchmark.py"), "finetune", "--data", str(photos), "--weights",
            str(weights), "--seeds", "0", "--epochs", "2", "--size", "64", "--batch", "4",
            "--warmup-epochs", "1", "--no-aug-epochs", "0", "--workers", "0", "--tiled", "2",
-           "--rows", "official", "official-later", "ours", "official-file",
+           "--rows", "official", "official-later", "ours", "official-file", "official-our-loader",
            "--out", str(tmp_path / "out")]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
@@ -374,7 +375,7 @@ def test_finetune_benchmark_runs_every_row_on_a_labelimg_folder(tiny_shapes_voc,
     assert "ours vs official-later: AP50 level or ahead at " in proc.stdout
     assert (tmp_path / "out" / "tiled2" / "annotations" / "instances_train2017.json").is_file()
     results = json.loads((tmp_path / "out" / "results.json").read_text())["results"]
-    assert sorted(results) == ["official", "official-file", "official-later", "ours"]
+    assert sorted(results) == ["official", "official-file", "official-later", "official-our-loader", "ours"]
     for row in results.values():
         assert sorted(row["0"]["evals"], key=int) == ["1", "2"]
         assert all(0.0 <= ap <= 1.0 for pair in row["0"]["evals"].values() for ap in pair)

@@ -127,6 +127,7 @@ def train_official(
     weights: str | None = None,
     time_limit: float | None = None,
     multiscale: bool = False,
+    train_loader=None,
 ) -> tuple[list[dict], dict]:
     """Train `exp` as official's Trainer would, on this process's device (CPU).
 
@@ -135,7 +136,10 @@ def train_official(
     the run stops at the end of the step, and its EMA model is evaluated (a run stopped where another
     one ended). Returns (one dict per epoch {"epoch" (1-based), "train_seconds", "loss" (mean total
     loss of its steps), and when evaluated "ap50_95", "ap50"}, {"iters_per_epoch", "steps"}).
-    `on_epoch` is called with each epoch's dict as it finishes.
+    `on_epoch` is called with each epoch's dict as it finishes. `train_loader`: another loader's batches in
+    place of official's own (one with len(), close_mosaic() and endless iteration yielding imgs (B, 3, H, W)
+    BGR 0-255 and targets (B, L, 5) [cls, cx, cy, w, h] px first, as official's and yolox_fast's do), so
+    the rest of official's loop trains on them.
     """
     from yolox.utils import ModelEMA, load_ckpt
 
@@ -148,9 +152,10 @@ def train_official(
             load_ckpt(model, torch.load(weights, map_location="cpu", weights_only=False)["model"])
     model.train()
     optimizer = exp.get_optimizer(batch_size)
-    train_loader = exp.get_data_loader(
-        batch_size=batch_size, is_distributed=False, no_aug=False, cache_img=False
-    )
+    if train_loader is None:
+        train_loader = exp.get_data_loader(
+            batch_size=batch_size, is_distributed=False, no_aug=False, cache_img=False
+        )
     max_iter = len(train_loader)
     lr_scheduler = exp.get_lr_scheduler(exp.basic_lr_per_img * batch_size, max_iter)
     ema = ModelEMA(model, 0.9998)

@@ -23,7 +23,9 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
   (exp.refit_folded_bn) and official cannot: official's rows then start from the weights after that refit
   (computed by yolox_fast's code on the same training images, saved as a file official's `-c` loads), the
   start a YOLOX user has with Megvii's own weights, which carry their statistics. `official-file` (only when
-  asked, with --rows) trains official from the weights file as it is.
+  asked, with --rows) trains official from the weights file as it is; `official-our-loader` (only when
+  asked) is official's loop fed by yolox_fast's training loader (dataset, mosaic, affine, HSV, flip,
+  sampler) on the same data: the data pipeline swapped, the rest official's.
 - Dense variant (--tiled 3): every image of a split is a 3x3 tiling of nine photos of the same split
   (each photo fitted into its cell, grey around it; real pixels and real boxes), as many tiled images as
   photos, each photo once in every cell position. On the raccoon set that is about 10 boxes per image,
@@ -68,7 +70,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 RACCOON = SHARED / "real" / "raccoon"
 EXAMPLE_EXP = REPO / "exps" / "example" / "finetune_nano.py"
-ROWS = ("official", "official-later", "ours", "official-file")
+ROWS = ("official", "official-later", "ours", "official-file", "official-our-loader")
 DEFAULT_ROWS = ROWS[:3]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
 
@@ -246,6 +248,7 @@ def official_job(spec: dict) -> dict:
         "print_interval": 10**6,
     }
     exp = official_nano_exp({k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    loader = our_train_loader(spec) if spec.get("our_data") else None
     start = time.perf_counter()
     epochs, info = train_official(
         exp,
@@ -254,6 +257,7 @@ def official_job(spec: dict) -> dict:
         weights=spec["weights"],
         time_limit=spec.get("time_limit"),
         multiscale=spec.get("multiscale", False),
+        train_loader=loader,
     )
     return {
         "evals": {str(e["epoch"]): (e["ap50_95"], e["ap50"]) for e in epochs if "ap50" in e},
@@ -262,6 +266,19 @@ def official_job(spec: dict) -> dict:
         "iters_per_epoch": info["iters_per_epoch"],
         "steps": info["steps"],
     }
+
+
+def our_train_loader(spec: dict):
+    """yolox_fast's training loader (dataset, mosaic, affine, HSV, flip, sampler, collate) on the same data
+    and recipe as the ours row, for official's loop: the row official-our-loader."""
+    from yolox_fast.data.build import build_train_loader
+    from yolox_fast.exp.build import get_exp
+
+    exp = get_exp(None, "yolox-nano")
+    for key, value in spec["fields"].items():
+        setattr(exp, key, tuple(value) if isinstance(value, list) else value)
+    exp.dataset = spec["our_data"]
+    return build_train_loader(exp, spec["batch"], is_distributed=False)
 
 
 def run_official(spec: dict, out: Path) -> dict:
@@ -370,7 +387,8 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--parallel", type=int, default=2, help="runs at a time")
     p.add_argument("--rows", nargs="*", default=list(DEFAULT_ROWS), choices=ROWS,
                    help=f"default: {' '.join(DEFAULT_ROWS)} (official-file: official from the weights file "
-                        "as it is, without the refit)")  # fmt: skip
+                        "as it is, without the refit; official-our-loader: official's loop fed by "
+                        "yolox_fast's loader)")  # fmt: skip
     p.add_argument(
         "--tiled",
         type=int,
@@ -443,6 +461,7 @@ def main(argv: Sequence[str]) -> None:
             "weights": str(refitted) if refitted is not None and row != "official-file" else args.weights,
             "threads": args.threads,
             "later_rule": row == "official-later",
+            "our_data": data if row == "official-our-loader" else None,
         }
         return row, seed, run_official(spec, out)
 
