@@ -98,6 +98,20 @@ def test_image_urls_are_downloaded_and_named_by_their_file(server):
     assert read_image(f"{url}/missing.png") is None  # 404: one warning, the image skipped
 
 
+def test_the_python_api_predicts_on_an_image_url_and_names_a_dead_one(server):
+    """`YOLOX.predict(URL)` as a user calls it: the image downloaded and decoded as a file is (the result's
+    image and path are the served ones); a URL that serves nothing is a ValueError naming it."""
+    from yolox_fast import YOLOX
+
+    url, _ = server
+    model = YOLOX("shapes-nano", random_weights=True)  # the reading is under test, not the detections
+    (result,) = model.predict(f"{url}/a.png", conf=0.5)
+    assert result.path == f"{url}/a.png"
+    np.testing.assert_array_equal(result.image, _frame(3))
+    with pytest.raises(ValueError, match="missing.png"):
+        model.predict(f"{url}/missing.png")
+
+
 def test_a_live_stream_that_drops_is_reopened_then_given_up(server, log_lines):
     url, _ = server
     video = VideoSource(f"{url}/live", reconnect_tries=2, reconnect_wait_s=0.05)

@@ -4,6 +4,7 @@ read as (name, BGR uint8 (H, W, 3)) images, the layout the Predictor works in.""
 from __future__ import annotations
 
 import os
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from yolox_fast.core.sources import is_pattern, list_images
+from yolox_fast.core.sources import download, is_pattern, is_url, list_images
 from yolox_fast.data import image_io
 
 COLOR_ORDERS = ("bgr", "rgb")
@@ -50,11 +51,16 @@ def read_sources(
             )
 
 
-def read_image(path: Path) -> np.ndarray:
-    """The image decoded as training, evaluation and the demo decode it (`data.image_io`: truncated files
-    refused, alpha on grey); a damaged file is a ValueError naming it."""
+def read_image(path: Path | str) -> np.ndarray:
+    """The image (a file, or an image URL downloaded) decoded as training, evaluation and the demo decode it
+    (`data.image_io`: truncated files refused, alpha on grey); a damaged file or a URL that serves no image
+    is a ValueError naming it."""
     try:
-        return image_io.read_image(str(path))
+        data = download(str(path)) if is_url(path) else None
+    except (urllib.error.URLError, OSError) as err:  # refused, 404, timed out
+        raise ValueError(f"cannot read image {path}: {err}") from None
+    try:
+        return image_io.read_image(str(path)) if data is None else image_io.decode_image(data, str(path))
     except image_io.CorruptImageError as err:
         raise ValueError(f"cannot read image {path}: {err}") from None
 

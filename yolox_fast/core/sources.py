@@ -80,6 +80,12 @@ def image_name(image: Path | str, base: Path) -> str:
     return str(image.relative_to(base))
 
 
+def download(url: str) -> bytes:
+    """The bytes an image URL serves (urllib's errors, URLError and OSError, are the caller's)."""
+    with urllib.request.urlopen(url, timeout=URL_TIMEOUT_S) as response:
+        return response.read()
+
+
 def read_image(image: Path | str) -> np.ndarray | None:
     """BGR uint8 (H, W, 3) of a file or an image URL, decoded as training and evaluation decode them
     (`data.image_io`: truncated files refused, alpha on grey); None (and one warning naming it) when it
@@ -87,8 +93,7 @@ def read_image(image: Path | str) -> np.ndarray | None:
     try:
         if isinstance(image, Path):
             return image_io.read_image(str(image))
-        with urllib.request.urlopen(image, timeout=URL_TIMEOUT_S) as response:
-            return image_io.decode_image(response.read(), image)
+        return image_io.decode_image(download(image), image)
     except (image_io.CorruptImageError, urllib.error.URLError, OSError, ValueError) as err:
         logger.warning(f"cannot read image {image}: {err}; skipped")
         return None
