@@ -59,6 +59,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
+from benchmarks.kit.commands import overrides, tool
 from benchmarks.kit.inputs import WEIGHTS
 from benchmarks.kit.measure import spread
 from benchmarks.kit.official import require_official_yolox
@@ -275,16 +276,15 @@ def our_train_loader(spec: dict):
     from yolox_fast.exp.build import get_exp
 
     exp = get_exp(None, "yolox-nano")
-    for key, value in spec["fields"].items():
-        setattr(exp, key, tuple(value) if isinstance(value, list) else value)
-    exp.dataset = spec["our_data"]
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["fields"].items()}  # from JSON
+    exp.merge(overrides({**fields, "dataset": spec["our_data"]}))  # typed and checked, as the ours row's
     return build_train_loader(exp, spec["batch"], is_distributed=False)
 
 
 def run_official(spec: dict, out: Path) -> dict:
     job = out / f"{spec['name']}.job.json"
     job.write_text(json.dumps(spec))
-    cmd = [sys.executable, str(REPO / "tools" / "benchmark.py"), "finetune", "--job", str(job)]
+    cmd = tool("benchmark", "finetune", "--job", job)
     env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "PYTHONPATH": str(REPO)}
     with open(out / f"{spec['name']}.out", "w") as console:
         proc = subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT, env=env, cwd=REPO)
@@ -293,16 +293,12 @@ def run_official(spec: dict, out: Path) -> dict:
     return json.loads((out / f"{spec['name']}.json").read_text())
 
 
-def run_ours(name: str, exp_args: list, overrides: dict, extra: Sequence[str], weights: str, threads: int,
+def run_ours(name: str, exp_args: list, fields: dict, extra: Sequence[str], weights: str, threads: int,
              out: Path) -> dict:  # fmt: skip
-    batch = overrides.pop("_batch")
-    opts = []
-    for key, value in overrides.items():
-        opts += [key, str(value).replace(" ", "")]
-    opts += ["output_dir", str(out / "ours"), "save_history_ckpt", "false", "save_eval_report", "false",
-             "coco_scorer", "pycocotools", *extra]  # fmt: skip
-    cmd = [sys.executable, str(REPO / "tools" / "train.py"), *exp_args, "-c", weights, "-b", str(batch),
-           "-expn", name, "-l", "none", *opts]  # fmt: skip
+    batch = fields.pop("_batch")
+    opts = [*overrides(fields), "output_dir", out / "ours", "save_history_ckpt", "false", "save_eval_report",
+            "false", "coco_scorer", "pycocotools", *extra]  # fmt: skip
+    cmd = tool("train", *exp_args, "-c", weights, "-b", batch, "-expn", name, "-l", "none", *opts)
     log = out / "ours" / name / "train_log.txt"
     log.unlink(missing_ok=True)  # the log is appended across runs
     log.with_name("results.csv").unlink(missing_ok=True)
