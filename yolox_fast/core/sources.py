@@ -43,13 +43,14 @@ def list_images(path: str, recursive: bool = False) -> list[Path | str]:
         raise FileNotFoundError(f"no such image file or folder: {path}")
     if recursive:
         return sorted(f for f in p.rglob("*") if _is_image(f))
-    below = sum(1 for f in p.rglob("*") if f.parent != p and _is_image(f))
+    entries = list(p.iterdir())  # listed once: the folder's own images, and the subfolders for the hint
+    below = sum(1 for d in entries if d.is_dir() for f in d.rglob("*") if _is_image(f))
     if below:
         logger.info(
             f"{path}: {below} images in its subfolders not read (the folder's own only): "
             "--recursive (recursive=True in Python) reads them too"
         )
-    return sorted(f for f in p.iterdir() if _is_image(f))
+    return sorted(f for f in entries if _is_image(f))
 
 
 def _is_image(path: Path) -> bool:
