@@ -150,7 +150,7 @@ def main(argv=None) -> None:
     recursive = args.recursive or args.path is None  # the val split's images are all of its folder's
     if exp.compile:
         # a folder's last batch may be smaller; a stream's batches are all -b but its last
-        count = len(list_images(image_dir, recursive)) if image_dir else 0
+        count = len(list_images(image_dir, recursive, hint=False)) if image_dir else 0
         sizes = run_batch_sizes(count, args.batch_size) if image_dir else [args.batch_size]
         predictor.compile(exp.compile_mode, sizes, exp.compile_backend)
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
