@@ -201,6 +201,62 @@ def finetune_args():
     )  # fmt: skip
 
 
+def write_finetune_results(path: Path, seeds, rows, size: int = 416) -> Path:
+    """A results.json as the finetune benchmark saves it: AP50:95 0.1 * (seed + 1) on epochs 1 and 2 for
+    every row, ours 0.01 ahead; AP50 twice that."""
+    args = {"seeds": list(seeds), "rows": list(rows), "out": str(path.parent), "parallel": 2, "size": size,
+            "epochs": 2, "tiled": 3, "ours_opts": [], "example": False, "job": None}  # fmt: skip
+    results = {
+        row: {
+            str(seed): {
+                "evals": {str(e): [0.1 * (seed + 1) + (0.01 if row == "ours" else 0.0)] * 2 for e in (1, 2)}
+            }
+            for seed in seeds
+        }
+        for row in rows
+    }
+    for row in results.values():
+        for run in row.values():
+            run["evals"] = {e: [ap, 2 * ap] for e, (ap, _) in run["evals"].items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"args": args, "results": results, "seconds": 1.0}))
+    return path
+
+
+def test_finetune_report_joins_runs_of_more_seeds_and_refuses_another_recipe(tmp_path):
+    """`tools/benchmark.py finetune --report A B`, as typed after a second run of more seeds into another
+    --out: one table over the seeds of both, ours' standing over them; a file of another recipe is refused."""
+    first = write_finetune_results(tmp_path / "a" / "results.json", [0, 1], ["official", "ours"])
+    more = write_finetune_results(
+        tmp_path / "b" / "results.json", [2], ["official", "official-later", "ours"]
+    )
+    cmd = [
+        sys.executable,
+        str(REPO / "tools" / "benchmark.py"),
+        "finetune",
+        "--report",
+        str(first),
+        str(more),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "seeds per row: official 3, ours 3, official-later 1" in out
+    assert "over the seeds each row has (0 1 2)" in out
+    # official's AP50:95 over seeds 0 1 2: 0.1, 0.2, 0.3; ours 0.01 ahead at both epochs
+    assert "0.200 [0.100-0.300]" in out and "0.210 [0.110-0.310]" in out
+    assert (
+        "ours vs official: AP50 level or ahead at 2/2 epochs, +0.020 at 2; AP50:95 level or ahead at 2/2 "
+        in out
+    )
+    # a row run on fewer seeds is compared on the seeds both have
+    assert "ours vs official-later (seeds 2): AP50 level or ahead at 2/2 epochs, +0.020 at 2" in out
+    other = write_finetune_results(tmp_path / "c" / "results.json", [3], ["official", "ours"], size=320)
+    proc = subprocess.run([*cmd, str(other)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0
+    assert f"{other} ran another recipe or data than {first} (size): not joined" in proc.stderr
+
+
 def test_fidelity_tables_show_mean_and_range_over_seeds(tmp_path):
     desc = make_fidelity_set(tmp_path / "set", num_train=4, num_val=2, size=64)
     assert json.loads(desc.read_text())["class_names"] == list(CLASS_NAMES)

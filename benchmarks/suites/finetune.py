@@ -8,6 +8,7 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
     ... finetune --tiled 3                   # the dense variant: raccoon photos tiled 3x3
     ... finetune --data path/to/my_set --weights yolox_nano.pth --seeds 0     # any layout yolox_fast reads
     ... finetune --example        # also: our example recipe against official's default, same minutes
+    ... finetune --report a/results.json b/results.json     # no runs: several runs' results joined
 
 - Data (--data): a dataset folder or description in any layout yolox_fast reads; default the raccoon set
   in ../shared/real/raccoon (LabelImg XML, the author's split in data/{train,test}_labels.csv). Official
@@ -335,26 +336,61 @@ def table(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
 
 
 def standing(results: dict, rows: Sequence[str], seeds: Sequence[int]) -> str:
-    """Ours against each other row, means over the seeds: the evaluated epochs where ours is level or
-    ahead, and the final epoch's difference."""
+    """Ours against each other row, means over the seeds both have: the evaluated epochs where ours is
+    level or ahead, and the final epoch's difference."""
 
-    def mean(row: str, epoch: str, index: int) -> float:
-        return float(np.mean([results[row][s]["evals"][epoch][index] for s in seeds]))
+    def mean(row: str, epoch: str, index: int, both: Sequence[int]) -> float:
+        return float(np.mean([results[row][s]["evals"][epoch][index] for s in both]))
 
     lines = []
     for other in (r for r in rows if r != "ours"):
-        evaluated = [set(results[r][s]["evals"]) for r in ("ours", other) for s in seeds]
+        both = [s for s in seeds if s in results["ours"] and s in results[other]]
+        evaluated = [set(results[r][s]["evals"]) for r in ("ours", other) for s in both]
         epochs = sorted(set.intersection(*evaluated), key=int)
         parts = []
         for index, metric in ((1, "AP50"), (0, "AP50:95")):
-            level = sum(mean("ours", e, index) >= mean(other, e, index) for e in epochs)
-            last = mean("ours", epochs[-1], index) - mean(other, epochs[-1], index)
+            level = sum(mean("ours", e, index, both) >= mean(other, e, index, both) for e in epochs)
+            last = mean("ours", epochs[-1], index, both) - mean(other, epochs[-1], index, both)
             last_epoch = epochs[-1]
             parts.append(
                 f"{metric} level or ahead at {level}/{len(epochs)} epochs, {last:+.3f} at {last_epoch}"
             )
-        lines.append(f"ours vs {other}: " + "; ".join(parts))
+        on = "" if len(both) == len(seeds) else f" (seeds {' '.join(map(str, both))})"
+        lines.append(f"ours vs {other}{on}: " + "; ".join(parts))
     return "\n".join(lines)
+
+
+# what may differ between the results files one report joins (the rest is the recipe and the data)
+RUN_ONLY_ARGS = {"seeds", "rows", "parallel", "out", "job", "report", "example", "ours_opts"}
+
+
+def report(paths: Sequence[str]) -> None:
+    """The table and ours' standing of several results.json files of the same recipe and data, joined (a
+    row and seed found in more than one file: the later file's run)."""
+    results: dict = {}
+    recipe_of = None
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        recipe_here = {k: v for k, v in saved["args"].items() if k not in RUN_ONLY_ARGS}
+        if recipe_of is not None and recipe_here != recipe_of[1]:
+            changed = sorted(k for k in recipe_here if recipe_here[k] != recipe_of[1].get(k))
+            sys.exit(
+                f"{path} ran another recipe or data than {recipe_of[0]} ({', '.join(changed)}): not joined"
+            )
+        recipe_of = recipe_of or (path, recipe_here)
+        extra = saved["args"].get("ours_opts")
+        for row, runs in saved["results"].items():
+            if row in ROWS:
+                name = f"ours {' '.join(extra)}" if row == "ours" and extra else row
+                results.setdefault(name, {}).update({int(seed): run for seed, run in runs.items()})
+    rows = [r for r in results if r in ROWS] + [r for r in results if r not in ROWS]
+    seeds = sorted({s for r in rows for s in results[r]})
+    counts = ", ".join(f"{r} {len(results[r])}" for r in rows)
+    print(f"{len(paths)} results files; seeds per row: {counts}")
+    print(f"mean [min-max] over the seeds each row has ({' '.join(map(str, seeds))})")
+    print(table(results, rows, seeds))
+    if "ours" in rows:
+        print(standing(results, rows, seeds))
 
 
 def boxes_per_image(records) -> float:
@@ -400,8 +436,14 @@ def main(argv: Sequence[str]) -> None:
     )
     p.add_argument("--example", action="store_true", help="also our example recipe vs official's default")
     p.add_argument("--out", default="YOLOX_outputs/finetune", help="data, logs and results.json go here")
+    p.add_argument("--report", nargs="+", metavar="RESULTS_JSON",
+                   help="no runs: the table of these results.json files joined (the same recipe and data; "
+                        "e.g. more seeds run later into another --out)")  # fmt: skip
     p.add_argument("--job", help=argparse.SUPPRESS)  # internal: one official run, spec in this JSON file
     args = p.parse_args(argv)
+    if args.report:
+        report(args.report)
+        return
     if args.job:
         spec = json.loads(Path(args.job).read_text())
         result = official_job(spec)

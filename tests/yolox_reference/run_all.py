@@ -18,6 +18,7 @@ import differences
 import eval_pipeline
 import loss_grad
 import schedule
+import trainer_steps
 import zoo_init
 
 SECTIONS = {
@@ -28,6 +29,7 @@ SECTIONS = {
     "eval_pipeline": eval_pipeline.collect,
     "differences": differences.collect,
     "zoo_init": zoo_init.collect,
+    "trainer_steps": trainer_steps.collect,
 }
 
 
