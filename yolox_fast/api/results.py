@@ -13,7 +13,7 @@ import numpy as np
 from loguru import logger
 
 from yolox_fast.core.demo import detections_to_records
-from yolox_fast.export import require
+from yolox_fast.utils.extras import require
 from yolox_fast.utils.visualize import draw_detections
 
 

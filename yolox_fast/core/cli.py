@@ -13,8 +13,9 @@ from collections.abc import Callable
 from yolox_fast.data.build import keep_description
 from yolox_fast.data.cache import CacheRoomError
 from yolox_fast.exp import BaseExp, Exp, get_exp
-from yolox_fast.export.common import ExportMetadata, MissingExtraError, check_input_size
+from yolox_fast.export.common import ExportMetadata, check_input_size
 from yolox_fast.utils.checkpoint import CheckpointError
+from yolox_fast.utils.extras import MissingExtraError
 from yolox_fast.utils.hub import WeightsDownloadError, fetch_weights, weights_key
 from yolox_fast.utils.run_lock import RunLockError
 

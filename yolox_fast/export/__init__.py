@@ -2,14 +2,7 @@
 (`formats.FORMATS`), what the formats share (`common`: the input/output contract, the metadata, the runner
 wrapper, the checks) and the decode + NMS a graph can end in (`graph_nms`)."""
 
-from yolox_fast.export.common import (
-    CalibrationImages,
-    ExportedModel,
-    ExportMetadata,
-    MissingExtraError,
-    output_diff,
-    require,
-)
+from yolox_fast.export.common import CalibrationImages, ExportedModel, ExportMetadata, output_diff
 from yolox_fast.export.formats import (
     FORMATS,
     ExportFormat,
@@ -20,6 +13,7 @@ from yolox_fast.export.formats import (
     load_exported_model,
 )
 from yolox_fast.export.graph_nms import GraphNMS
+from yolox_fast.utils.extras import MissingExtraError, require
 
 __all__ = [
     "FORMATS",

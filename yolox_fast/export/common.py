@@ -19,13 +19,11 @@ scorer. A file that ends in NMS (`metadata.nms`) is run with `ExportedModel.dete
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import math
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -40,20 +38,6 @@ from yolox_fast.models.head import YOLOXHead, level_grid
 METADATA_KEY = "yolox_fast"
 METADATA_VERSION = 1
 PRECISIONS = ("fp32", "fp16", "int8")
-
-
-class MissingExtraError(ImportError):
-    """A runtime package is not installed; the message names the extra that installs it."""
-
-
-def require(module: str, extra: str) -> ModuleType:
-    """Import `module`, or raise MissingExtraError naming `pip install "yolox_fast[extra]"`."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise MissingExtraError(
-            f'{module} is not installed: pip install "yolox_fast[{extra}]" ({err})'
-        ) from None
 
 
 @dataclass(frozen=True)

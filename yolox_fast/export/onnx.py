@@ -22,10 +22,10 @@ from yolox_fast.export.common import (
     ExportMetadata,
     decoding,
     no_metadata,
-    require,
     with_graph_nms,
 )
 from yolox_fast.export.graph_nms import OUTPUT_NAMES
+from yolox_fast.utils.extras import require
 
 # per-channel weight scales (DequantizeLinear's axis) need opset 13
 INT8_MIN_OPSET = 13

@@ -22,9 +22,9 @@ from yolox_fast.export.common import (
     ExportedModel,
     ExportMetadata,
     no_metadata,
-    require,
 )
 from yolox_fast.export.onnx import INT8_MIN_OPSET, export_onnx
+from yolox_fast.utils.extras import require
 
 WEIGHTS_SUFFIX = ".bin"
 

@@ -16,8 +16,9 @@ import torch
 import torch.nn as nn
 from loguru import logger
 
-from yolox_fast.export.common import CalibrationImages, ExportedModel, ExportMetadata, require
+from yolox_fast.export.common import CalibrationImages, ExportedModel, ExportMetadata
 from yolox_fast.export.onnx import INT8_MIN_OPSET, export_onnx
+from yolox_fast.utils.extras import require
 
 SIDECAR_SUFFIX = ".json"  # appended to the engine's name: model.engine.json
 
