@@ -167,9 +167,9 @@ def write(
     model: nn.Module,
     path: str,
     metadata: ExportMetadata,
-    batch_size: int = 1,
-    calibration: CalibrationImages | None = None,
-    opset: int = 11,
+    batch_size: int,
+    calibration: CalibrationImages | None,
+    opset: int,
 ) -> None:
     """The format table's writer: `export_onnx`, or `export_onnx_int8` for precision "int8"."""
     if metadata.precision == "int8":

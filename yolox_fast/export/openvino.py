@@ -85,9 +85,9 @@ def write(
     model: nn.Module,
     path: str,
     metadata: ExportMetadata,
-    batch_size: int = 1,
-    calibration: CalibrationImages | None = None,
-    opset: int = 11,
+    batch_size: int,
+    calibration: CalibrationImages | None,
+    opset: int,
 ) -> None:
     """The format table's writer: `export_openvino` (converted at opset 13 whatever `opset` is)."""
     export_openvino(model, path, metadata, batch_size, calibration)

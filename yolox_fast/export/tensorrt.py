@@ -76,9 +76,9 @@ def write(
     model: nn.Module,
     path: str,
     metadata: ExportMetadata,
-    batch_size: int = 1,
-    calibration: CalibrationImages | None = None,
-    opset: int = 11,
+    batch_size: int,
+    calibration: CalibrationImages | None,
+    opset: int,
 ) -> None:
     """The format table's writer: `export_tensorrt` (no INT8; the ONNX it parses is opset 13)."""
     export_tensorrt(model, path, metadata, batch_size)

@@ -60,9 +60,9 @@ def write(
     model: nn.Module,
     path: str,
     metadata: ExportMetadata,
-    batch_size: int = 1,
-    calibration: CalibrationImages | None = None,
-    opset: int = 11,
+    batch_size: int,
+    calibration: CalibrationImages | None,
+    opset: int,
 ) -> None:
     """The format table's writer: `export_torchscript` on metadata.device (the trace takes any batch; no
     INT8, no opset)."""
