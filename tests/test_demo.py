@@ -90,6 +90,17 @@ def test_batched_detections_equal_one_at_a_time(model, image_dir, log_lines):
     assert any("broken.jpg" in line and "skipped" in line for line in log_lines)
 
 
+def test_images_the_caller_listed_are_not_listed_again(model, image_dir, log_lines):
+    """The demo lists a folder once (it counts the images before compiling and hands the list on): given
+    the list, run_on_images reads those images and does not walk the folder again (one subfolder hint)."""
+    from yolox_fast.core.sources import list_images
+
+    paths = list_images(str(image_dir))
+    dets = run_on_images(_predictor(model), str(image_dir), 2, ["a", "b", "c"], paths=paths)
+    assert sorted(dets) == ["img0.png", "img1.png", "img2.png", "img3.png"]
+    assert sum("subfolders not read" in line for line in log_lines) == 1
+
+
 def test_boxes_are_in_original_image_pixels(model, image_dir):
     dets = run_on_images(_predictor(model), str(image_dir / "sub" / "img4.png"), 1, ["a", "b", "c"])
     boxes = dets["img4.png"][:, :4]

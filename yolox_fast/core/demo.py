@@ -74,9 +74,11 @@ def run_on_images(
     save_json: bool = False,
     outputs: OutputOptions | None = None,
     recursive: bool = False,
+    paths: Sequence[Path | str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Detect on every image at `path` (file, folder, glob or image URL: `sources.list_images`; a folder's
-    subfolders too with `recursive`), `batch_size` images per forward.
+    subfolders too with `recursive`), `batch_size` images per forward. `paths`: those images when the caller
+    has listed them already (the demo, which counts them before compiling), so they are not listed twice.
 
     Returns {path relative to `path`: (K, 6) detections}. `save_images`: annotated copies under
     `out_dir` (same relative layout); `save_json`: `out_dir/detections.json`; `outputs`: the class filter,
@@ -87,7 +89,7 @@ def run_on_images(
     if (save_images or save_json or outputs.writes) and out_dir is None:
         raise ValueError("saving images, JSON or labels needs an out_dir")
     writer = PredictionWriter(out_dir, class_names, outputs) if outputs.writes else None
-    paths = list_images(path, recursive)
+    paths = list_images(path, recursive) if paths is None else paths
     if not paths:
         raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTS)}) under {path}")
     base = image_base(path)

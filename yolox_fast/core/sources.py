@@ -27,11 +27,10 @@ def is_url(path: str | Path) -> bool:
     return urlparse(str(path)).scheme.lower() in STREAM_SCHEMES
 
 
-def list_images(path: str, recursive: bool = False, hint: bool = True) -> list[Path | str]:
+def list_images(path: str, recursive: bool = False) -> list[Path | str]:
     """The images `path` names: an image URL (itself), a glob (`photos/*.jpg`, `data/**/*.png`; sorted), a
     file (itself), or a folder: its own images, sorted, and with `recursive` those of its subfolders too.
-    Without `recursive`, images left in subfolders are counted in one log line that names the flag (`hint`
-    False: not logged, for a listing that only counts ahead of the one that reads)."""
+    Without `recursive`, images left in subfolders are counted in one log line that names the flag."""
     if is_url(path):
         return [path]
     if is_pattern(path):
@@ -45,7 +44,7 @@ def list_images(path: str, recursive: bool = False, hint: bool = True) -> list[P
     if recursive:
         return sorted(f for f in p.rglob("*") if _is_image(f))
     entries = list(p.iterdir())  # listed once: the folder's own images, and the subfolders for the hint
-    below = hint and sum(1 for d in entries if d.is_dir() for f in d.rglob("*") if _is_image(f))
+    below = sum(1 for d in entries if d.is_dir() for f in d.rglob("*") if _is_image(f))
     if below:
         logger.info(
             f"{path}: {below} images in its subfolders not read (the folder's own only): "

@@ -148,10 +148,10 @@ def main(argv=None) -> None:
     )
     image_dir = (args.path or default_image_dir(exp)) if args.demo == "image" else None
     recursive = args.recursive or args.path is None  # the val split's images are all of its folder's
+    paths = list_images(image_dir, recursive) if image_dir else None
     if exp.compile:
         # a folder's last batch may be smaller; a stream's batches are all -b but its last
-        count = len(list_images(image_dir, recursive, hint=False)) if image_dir else 0
-        sizes = run_batch_sizes(count, args.batch_size) if image_dir else [args.batch_size]
+        sizes = run_batch_sizes(len(paths), args.batch_size) if image_dir else [args.batch_size]
         predictor.compile(exp.compile_mode, sizes, exp.compile_backend)
     out_dir = timestamped_dir(exp.output_dir, exp.exp_name)
 
@@ -165,7 +165,7 @@ def main(argv=None) -> None:
             save_images=args.save_result,
             save_json=args.save_json,
             outputs=output_options(args),
-            recursive=recursive,
+            paths=paths,
         )
     else:
         if args.demo == "video" and args.path is None:
