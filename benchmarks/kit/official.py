@@ -119,6 +119,18 @@ def official_random_size(exp) -> tuple[int, int]:
     return int(32 * size), 32 * int(size * factor)
 
 
+def official_model(exp, weights: str | None):
+    """`exp.get_model()` in train mode, with `weights` (a checkpoint file) loaded as official's
+    `tools/train.py -c` loads them (`load_ckpt`: tensors of another shape are skipped)."""
+    from yolox.utils import load_ckpt
+
+    model = exp.get_model()
+    if weights:
+        with contextlib.redirect_stderr(io.StringIO()):  # its warnings name each skipped tensor
+            load_ckpt(model, torch.load(weights, map_location="cpu", weights_only=False)["model"])
+    return model.train()
+
+
 def train_official(
     exp,
     batch_size: int,
@@ -141,16 +153,12 @@ def train_official(
     BGR 0-255 and targets (B, L, 5) [cls, cx, cy, w, h] px first, as official's and yolox_fast's do), so
     the rest of official's loop trains on them.
     """
-    from yolox.utils import ModelEMA, load_ckpt
+    from yolox.utils import ModelEMA
 
     exp.seed = seed
     random.seed(seed)  # official tools/train.py seeds python and torch (not numpy) when exp.seed is set
     torch.manual_seed(seed)
-    model = exp.get_model()
-    if weights:
-        with contextlib.redirect_stderr(io.StringIO()):  # its warnings name each skipped tensor
-            load_ckpt(model, torch.load(weights, map_location="cpu", weights_only=False)["model"])
-    model.train()
+    model = official_model(exp, weights)
     optimizer = exp.get_optimizer(batch_size)
     if train_loader is None:
         train_loader = exp.get_data_loader(

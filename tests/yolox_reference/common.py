@@ -58,6 +58,13 @@ def emit(result: dict[str, Any]) -> None:
     print(json.dumps(clean(result)), flush=True)
 
 
+def relative(a, b) -> float:
+    """||a - b|| / ||b|| of two tensors, in float64 (0 when both are zero)."""
+    denom = b.double().norm()
+    diff = (a.double() - b.double()).norm()
+    return 0.0 if diff == 0 else float(diff / denom) if denom > 0 else float("inf")
+
+
 def official_nano_exp(num_classes: int):
     """Official YOLOX 0.3.0's yolox-nano exp with `num_classes`."""
     from yolox.exp import get_exp

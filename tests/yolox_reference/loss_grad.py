@@ -44,13 +44,6 @@ def batch(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     return imgs, targets
 
 
-def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    """||a - b|| / ||b|| (0 when both are zero)."""
-    denom = b.double().norm()
-    diff = (a.double() - b.double()).norm()
-    return 0.0 if diff == 0 else float(diff / denom) if denom > 0 else float("inf")
-
-
 def loss_and_grads(model, imgs, targets, use_l1: bool) -> tuple[dict, dict]:
     model.train()
     model.head.use_l1 = use_l1
@@ -65,7 +58,7 @@ def compare(official: tuple[dict, dict], other: tuple[dict, dict]) -> dict:
     """How far `other`'s (losses, grads) are from official's."""
     (loss_off, grads_off), (loss, grads) = official, other
     loss_rel = {k: abs(loss[k] - v) / max(abs(v), 1e-12) for k, v in loss_off.items()}
-    per_tensor = {n: relative(grads[n], g) for n, g in grads_off.items()}
+    per_tensor = {n: common.relative(grads[n], g) for n, g in grads_off.items()}
     worst = max(per_tensor, key=per_tensor.get)
     flat_off = torch.cat([g.flatten() for g in grads_off.values()])
     flat = torch.cat([grads[n].flatten() for n in grads_off])
@@ -75,7 +68,7 @@ def compare(official: tuple[dict, dict], other: tuple[dict, dict]) -> dict:
         "same_grad_tensors": sorted(grads_off) == sorted(grads),
         "grad_max_rel_diff": per_tensor[worst],
         "grad_worst_tensor": worst,
-        "grad_global_rel_diff": relative(flat, flat_off),
+        "grad_global_rel_diff": common.relative(flat, flat_off),
     }
 
 

@@ -24,8 +24,6 @@ prints the same JSON; docs/results.md quotes it on the tiled raccoon photos.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 import tempfile
 from pathlib import Path
@@ -36,13 +34,6 @@ import torch
 # (epoch, iteration), 0-based: the first two steps (lr 0, then warmup), mid-warmup, after warmup, and the
 # first and last steps without mosaic; the tiny default recipe has 4 epochs of 4 steps, mosaic closes at 2
 DEFAULT_STEPS = ((0, 0), (0, 1), (0, 3), (1, 2), (2, 0), (3, 3))
-
-
-def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    """||a - b|| / ||b|| over flat float64 copies (0 when both are zero)."""
-    a, b = a.double().flatten(), b.double().flatten()
-    diff = (a - b).norm()
-    return 0.0 if diff == 0 else float(diff / b.norm()) if b.norm() > 0 else float("inf")
 
 
 def flat(tensors) -> torch.Tensor:
@@ -68,17 +59,14 @@ def build_ours(data: str, weights: str, fields: dict, batch: int, out: Path):
 def build_official(fields: dict, refitted: Path, ours_model, batch: int, max_iter: int):
     """Official's model from the refitted file (`load_ckpt`, as its -c), the new class layer set to ours'
     (both random), its optimizer, lr scheduler and EMA."""
-    from yolox.utils import ModelEMA, load_ckpt
+    from yolox.utils import ModelEMA
 
-    from benchmarks.kit.official import official_nano_exp
+    from benchmarks.kit.official import official_model, official_nano_exp
 
     exp = official_nano_exp(fields)
-    model = exp.get_model()
-    with contextlib.redirect_stderr(io.StringIO()):
-        load_ckpt(model, torch.load(refitted, map_location="cpu", weights_only=False)["model"])
+    model = official_model(exp, str(refitted))
     new_layer = {k: v for k, v in ours_model.state_dict().items() if k.startswith("head.cls_preds.")}
     model.load_state_dict(new_layer, strict=False)
-    model.train()
     optimizer = exp.get_optimizer(batch)
     scheduler = exp.get_lr_scheduler(exp.basic_lr_per_img * batch, max_iter)
     return exp, model, optimizer, scheduler, ModelEMA(model, 0.9998)
@@ -88,7 +76,7 @@ def start_difference(ours_model, official_model) -> float:
     """The largest relative difference over the state dicts' float tensors."""
     theirs = official_model.state_dict()
     return max(
-        relative(v, theirs[k]) for k, v in ours_model.state_dict().items() if v.dtype.is_floating_point
+        common.relative(v, theirs[k]) for k, v in ours_model.state_dict().items() if v.dtype.is_floating_point
     )
 
 
@@ -187,11 +175,11 @@ class Sides:
         moved = official_update.norm() > 1e-6 * before.norm()  # a step at lr 0 moves nothing (rounding)
         ema_moved = official_ema.norm() > 1e-6 * ema_before.norm()
         record.update(
-            update=relative(ours_update, official_update) if moved else None,
+            update=common.relative(ours_update, official_update) if moved else None,
             update_norm=float(official_update.norm()),
-            momentum=relative(flat(ours_buffers), flat(official_buffers)),
-            ema_update=relative(ours_ema, official_ema) if ema_moved else None,
-            bn_stats=relative(
+            momentum=common.relative(flat(ours_buffers), flat(official_buffers)),
+            ema_update=common.relative(ours_ema, official_ema) if ema_moved else None,
+            bn_stats=common.relative(
                 flat(self.model.state_dict()[k] for k in stats), flat(official_state[k] for k in stats)
             ),
         )
