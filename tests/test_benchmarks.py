@@ -206,18 +206,12 @@ def write_finetune_results(path: Path, seeds, rows, size: int = 416) -> Path:
     every row, ours 0.01 ahead; AP50 twice that."""
     args = {"seeds": list(seeds), "rows": list(rows), "out": str(path.parent), "parallel": 2, "size": size,
             "epochs": 2, "tiled": 3, "ours_opts": [], "example": False, "job": None}  # fmt: skip
-    results = {
-        row: {
-            str(seed): {
-                "evals": {str(e): [0.1 * (seed + 1) + (0.01 if row == "ours" else 0.0)] * 2 for e in (1, 2)}
-            }
-            for seed in seeds
-        }
-        for row in rows
-    }
-    for row in results.values():
-        for run in row.values():
-            run["evals"] = {e: [ap, 2 * ap] for e, (ap, _) in run["evals"].items()}
+
+    def evals(row: str, seed: int) -> dict:
+        ap = 0.1 * (seed + 1) + (0.01 if row == "ours" else 0.0)
+        return {str(e): [ap, 2 * ap] for e in (1, 2)}
+
+    results = {row: {str(seed): {"evals": evals(row, seed)} for seed in seeds} for row in rows}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"args": args, "results": results, "seconds": 1.0}))
     return path
