@@ -14,7 +14,7 @@ from helpers import load_tool
 from torchvision.ops import box_convert, box_iou
 
 from benchmarks.kit.inputs import anchor_grid, make_inputs
-from yolox_fast.models.simota import factorised_class_cost, negative_bce_sum_, simota_assign
+from yolox_fast.models.simota import RULE_0_3_0, factorised_class_cost, negative_bce_sum_, simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
 from yolox_fast.utils.boxes import bboxes_iou
 
@@ -201,7 +201,9 @@ def test_peak_memory_stays_within_max_bytes(num_images, size, max_bytes, log_lin
         return chunks
 
     monkeypatch.setattr(simota, "_plan_chunks", recording_plan)
-    batch = make_inputs(num_images, size, seed=0)
+    # 0.3.0's rule: its larger candidate sets make these batches outgrow these budgets; the planner and
+    # the chunking are the same code for the later rule
+    batch = {**make_inputs(num_images, size, seed=0), **RULE_0_3_0}
     whole = simota_assign(**batch, max_bytes=2**40)
     peak = peak_cpu_bytes(lambda: simota_assign(**batch, max_bytes=max_bytes))
     (budget, multi_image_chunks), *_ = planned[1:]
@@ -295,8 +297,8 @@ def test_conflicts_over_anchors_in_nobodys_window_go_to_the_cheapest_gt(monkeypa
     obj = torch.randn(1, num_anchors, 1, generator=gen)
     gt = torch.tensor([[[40.0, 40.0, 4.0, 4.0], [41.0, 40.5, 4.0, 3.0]]])
     classes, both = torch.tensor([[0, 0]]), torch.ones(1, 2, dtype=torch.bool)
-    out = simota_assign(pred[None], cls, obj, points, strides, gt, classes, both)
-    ref = simota_assign_reference(pred[None], cls, obj, points, strides, gt, classes, both)
+    out = simota_assign(pred[None], cls, obj, points, strides, gt, classes, both, **RULE_0_3_0)
+    ref = simota_assign_reference(pred[None], cls, obj, points, strides, gt, classes, both, **RULE_0_3_0)
     assert calls, "the case must exercise conflicts outside every window"
     assert out.num_fg == ref.num_fg > 2
     assert torch.equal(out.fg_mask, ref.fg_mask) and torch.equal(out.matched_gt, ref.matched_gt)

@@ -1,6 +1,7 @@
 """The assigner's table: batched `simota_assign` against the per-image reference and, where it is importable,
 official YOLOX 0.3.0's own `get_assignments` loop, on the same training-shaped inputs (`inputs.make_inputs`):
-seconds per call and the extra memory at the peak of one (the simota suite's table, and the gpu check's)."""
+seconds per call and the extra memory at the peak of one (the simota suite's table, and the gpu check's).
+All three run YOLOX 0.3.0's rule (official's), so they compute the same assignments."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from loguru import logger
 
 from benchmarks.kit.inputs import make_inputs
 from benchmarks.kit.measure import CpuPeak, peak_bytes, timed
-from yolox_fast.models.simota import simota_assign
+from yolox_fast.models.simota import RULE_0_3_0, simota_assign
 from yolox_fast.models.simota_reference import simota_assign_reference
+
+batched = partial(simota_assign, **RULE_0_3_0)
+reference = partial(simota_assign_reference, **RULE_0_3_0)
 
 
 def time_call(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
@@ -78,7 +82,7 @@ def run_table(
     """One row per (size, N): seconds per call and peak memory of the batched assigner, the per-image
     reference and (when importable) official YOLOX 0.3.0, with the speed-ups against both."""
     official = official_assigner()
-    per_image = {"reference": simota_assign_reference, **({"official": official} if official else {})}
+    per_image = {"reference": reference, **({"official": official} if official else {})}
     rows = []
     timed = {}
 
@@ -99,9 +103,7 @@ def run_table(
                 batch_all[key] = batch_all[key].to(amp_dtype)
         for n in batch_sizes:
             batch = _slice(batch_all, n)
-            fast = time_call(
-                under_autocast(partial(simota_assign, max_bytes=max_bytes), **batch), device, repeats
-            )
+            fast = time_call(under_autocast(partial(batched, max_bytes=max_bytes), **batch), device, repeats)
             estimate = device.type == "cpu" and n >= 256 and not full
             times = {"batched": fast}
             for name, fn in per_image.items():
@@ -119,9 +121,7 @@ def run_table(
         for n in batch_sizes:
             batch = _slice(batch_all, n)
             times, estimate = timed[(size, n)]
-            mem = {
-                "batched": peak_bytes(partial(simota_assign, **batch, max_bytes=max_bytes), device, cpu_peak)
-            }
+            mem = {"batched": peak_bytes(partial(batched, **batch, max_bytes=max_bytes), device, cpu_peak)}
             for name, fn in per_image.items():
                 mem[name] = peak_bytes(partial(fn, **batch), device, cpu_peak)  # one call, always
             tag = " (est.)" if estimate else ""

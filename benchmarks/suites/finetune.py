@@ -19,11 +19,13 @@ Run it with the reference python (it imports both; `tools/setup_yolox_reference.
 - Rows, all from the same start. `official`: official 0.3.0's pieces in a plain loop, as its Trainer runs
   them (`benchmarks/kit/official.py`). `official-later`: the same with the SimOTA candidate rule of
   official's later code (`use_later_assignment_rule`: centre radius 1.5, no box prior). `ours`:
-  `tools/train.py -c WEIGHTS`, the recipe as exp overrides. When the weights' BatchNorm is folded into the
-  convolutions (identity statistics, as these are), yolox_fast re-estimates it before training
-  (exp.refit_folded_bn) and official cannot: official's rows then start from the weights after that refit
-  (computed by yolox_fast's code on the same training images, saved as a file official's `-c` loads), the
-  start a YOLOX user has with Megvii's own weights, which carry their statistics. `official-file` (only when
+  `tools/train.py -c WEIGHTS`, the recipe as exp overrides (its default SimOTA rule is official's later
+  one; `ours-0.3.0`, only when asked, is the same with 0.3.0's rule, the default before 2026-12-07). When
+  the weights' BatchNorm is folded into the convolutions (identity statistics, as these are), yolox_fast
+  re-estimates it before training (exp.refit_folded_bn) and official cannot: official's rows then start
+  from the weights after that refit (computed by yolox_fast's code on the same training images, saved as a
+  file official's `-c` loads), the start a YOLOX user has with Megvii's own weights, which carry their
+  statistics. `official-file` (only when
   asked, with --rows) trains official from the weights file as it is; `official-our-loader` (only when
   asked) is official's loop fed by yolox_fast's training loader (dataset, mosaic, affine, HSV, flip,
   sampler) on the same data: the data pipeline swapped, the rest official's.
@@ -72,7 +74,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 RACCOON = SHARED / "real" / "raccoon"
 EXAMPLE_EXP = REPO / "exps" / "example" / "finetune_nano.py"
-ROWS = ("official", "official-later", "ours", "official-file", "official-our-loader")
+ROWS = ("official", "official-later", "ours", "official-file", "official-our-loader", "ours-0.3.0")
 DEFAULT_ROWS = ROWS[:3]
 EVAL_LINE = re.compile(r"eval epoch (\d+): AP50:95 ([0-9.]+)\s+AP50 ([0-9.]+)")
 
@@ -420,7 +422,7 @@ def main(argv: Sequence[str]) -> None:
     p.add_argument("--rows", nargs="*", default=list(DEFAULT_ROWS), choices=ROWS,
                    help=f"default: {' '.join(DEFAULT_ROWS)} (official-file: official from the weights file "
                         "as it is, without the refit; official-our-loader: official's loop fed by "
-                        "yolox_fast's loader)")  # fmt: skip
+                        "yolox_fast's loader; ours-0.3.0: ours with YOLOX 0.3.0's SimOTA rule)")  # fmt: skip
     p.add_argument(
         "--tiled",
         type=int,
@@ -483,11 +485,13 @@ def main(argv: Sequence[str]) -> None:
 
     def job(row: str, seed: int):
         fields = recipe(args, seed, len(names))
-        if row == "ours":
+        if row.startswith("ours"):
             ours_fields = {**fields, "_batch": args.batch, "dataset": data}
+            if row == "ours-0.3.0":
+                ours_fields.update(simota_box_prior=True, simota_center_radius=2.5)
             exp_args = ["-n", "yolox-nano"]
             result = run_ours(
-                f"ours_s{seed}", exp_args, ours_fields, args.ours_opts, args.weights, args.threads, out
+                f"{row}_s{seed}", exp_args, ours_fields, args.ours_opts, args.weights, args.threads, out
             )
             return row, seed, result
         spec = {

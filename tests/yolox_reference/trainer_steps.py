@@ -1,8 +1,8 @@
 """(e) The training side as a whole, from a fine-tuning start: yolox_fast's Trainer (as `tools/train.py -c
 WEIGHTS` builds it: folded-BN refit, the class layer skipped, parameter groups, lr, EMA, channels-last,
-`train_one_iter`) against official YOLOX 0.3.0's loop pieces (`benchmarks/kit/official.py`: its model from
-the refitted file the finetune benchmark writes, `exp.get_optimizer`, `yoloxwarmcos`, ModelEMA), both fed the
-batch yolox_fast's loader gives the Trainer.
+`train_one_iter`; YOLOX 0.3.0's SimOTA rule set) against official YOLOX 0.3.0's loop pieces
+(`benchmarks/kit/official.py`: its model from the refitted file the finetune benchmark writes,
+`exp.get_optimizer`, `yoloxwarmcos`, ModelEMA), both fed the batch yolox_fast's loader gives the Trainer.
 
 - start: the weights official loads (the benchmark's refitted file; the new class layer, random on both
   sides, copied from ours) against the Trainer's after its own refit: the same tensors.
@@ -42,12 +42,13 @@ def flat(tensors) -> torch.Tensor:
 
 def build_ours(data: str, weights: str, fields: dict, batch: int, out: Path):
     """yolox_fast's Trainer as `tools/train.py -n yolox-nano -c WEIGHTS -b BATCH KEY VALUE ...` makes it,
-    after before_train (refit done, loader and EMA made)."""
+    with YOLOX 0.3.0's SimOTA rule, after before_train (refit done, loader and EMA made)."""
     from benchmarks.kit.commands import overrides
     from yolox_fast.core.cli import build_exp, parse_with_overrides
     from yolox_fast.core.trainer import Trainer
     from yolox_fast.tools.train import make_parser
 
+    fields = {**fields, **common.RULE_0_3_0}
     opts = overrides({**fields, "dataset": data, "output_dir": out, "save_history_ckpt": False})
     argv = ["-n", "yolox-nano", "-c", weights, "-b", str(batch), "-expn", "steps", "-l", "none", *opts]
     args = parse_with_overrides(make_parser(), [str(a) for a in argv])

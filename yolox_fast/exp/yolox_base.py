@@ -157,10 +157,11 @@ class Exp(BaseExp):
     exp_name: str  # set by __init__: the stem of the exp's file (default_exp_name)
 
     # ---------------- assignment ---------------- #
-    # YOLOX 0.3.0's candidates: anchors inside a GT's box or within simota_center_radius strides of
-    # its centre, cost-free inside both. simota_box_prior False, radius 1.5: the later YOLOX rule.
-    simota_box_prior: bool = True
-    simota_center_radius: float = 2.5
+    # The later YOLOX rule: candidates are the anchors within simota_center_radius strides of a GT's
+    # centre. It fine-tunes better than 0.3.0's rule on real photos (docs/results.md, "Fine-tuning");
+    # simota_box_prior True with radius 2.5 is 0.3.0's (anchors inside the GT's box count too).
+    simota_box_prior: bool = False
+    simota_center_radius: float = 1.5
     simota_topk: int = 10
     simota_max_bytes: int | None = None  # None: a fraction of free device memory
 

@@ -61,8 +61,8 @@ def yolox_loss(
     labels: torch.Tensor,
     *,
     use_l1: bool,
-    center_radius: float = 2.5,
-    box_prior: bool = True,
+    center_radius: float = 1.5,
+    box_prior: bool = False,
     topk: int = 10,
     max_bytes: int | None = None,
     assigner=simota_assign,
@@ -159,8 +159,8 @@ class YOLOXLoss:
     per-image reference in benchmarks: `dataclasses.replace(loss, assigner=...)`).
     """
 
-    center_radius: float = 2.5
-    box_prior: bool = True
+    center_radius: float = 1.5
+    box_prior: bool = False
     topk: int = 10
     max_bytes: int | None = None
     assigner: Callable = simota_assign

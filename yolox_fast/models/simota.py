@@ -3,11 +3,11 @@
 Semantics are those of the official YOLOX `get_assignments` / `simota_matching`, per image, in either of
 its two rules:
 
-- YOLOX 0.3.0's rule, the default (`box_prior=True`, `center_radius=2.5`): an anchor is a candidate of a
+- YOLOX 0.3.0's rule (`box_prior=True`, `center_radius=2.5`): an anchor is a candidate of a
   ground truth when its centre lies strictly inside the GT's box or inside the GT centre +- center_radius
   * stride, and in the GT's *window* (cost-free) when inside both; the out-of-window penalty is 1e5;
-- the later YOLOX rule (`box_prior=False`, `center_radius=1.5`): the window is the centre square alone
-  (no in-box test), the penalty 1e6;
+- the later YOLOX rule, the default (`box_prior=False`, `center_radius=1.5`): the window is the centre
+  square alone (no in-box test), the penalty 1e6; it fine-tunes better on real photos (docs/results.md);
 - either way the image's *candidates* are the union over its GTs, and
   cost[g, u] = cls_cost + iou_weight * -log(iou + 1e-8) + penalty * (u not in g's window), where cls_cost
   is the summed BCE of p = sqrt(sigmoid(cls) * sigmoid(obj)) against g's one-hot class, with torch's
@@ -101,6 +101,10 @@ def factorised_class_cost(p_at_class: torch.Tensor, neg_sum: torch.Tensor) -> to
     pos = torch.log(p_at_class).clamp_(min=BCE_LOG_CLAMP).neg_()
     neg = torch.neg(p_at_class).log1p_().clamp_(min=BCE_LOG_CLAMP).neg_()
     return (neg_sum - neg) + pos
+
+
+# YOLOX 0.3.0's rule as `simota_assign`'s keywords (the defaults are the later rule's)
+RULE_0_3_0 = {"box_prior": True, "center_radius": 2.5}
 
 
 def window_penalty(box_prior: bool) -> float:
@@ -371,16 +375,16 @@ def simota_assign(
     gt_classes: torch.Tensor,
     gt_mask: torch.Tensor,
     *,
-    center_radius: float = 2.5,
-    box_prior: bool = True,
+    center_radius: float = 1.5,
+    box_prior: bool = False,
     topk: int = 10,
     iou_weight: float = 3.0,
     max_bytes: int | None = None,
 ) -> SimOTAResult:
     """SimOTA for a whole batch at once (see the module docstring for the exact semantics).
 
-    The defaults are YOLOX 0.3.0's rule (box prior, centre radius 2.5); `box_prior=False,
-    center_radius=1.5` is the later YOLOX rule.
+    The defaults are the later YOLOX rule (no box prior, centre radius 1.5); `box_prior=True,
+    center_radius=2.5` is YOLOX 0.3.0's.
 
     pred_boxes (N, A, 4) cx, cy, w, h px; cls_logits (N, A, C); obj_logits (N, A) or (N, A, 1), any float
     dtype (computed in fp32, also under autocast); anchor_points (A, 2) anchor centres px; strides (A,);
