@@ -28,6 +28,19 @@ from collections.abc import Callable
 
 import torch
 
+from yolox_fast.models.simota import RULE_0_3_0
+
+# YOLOX 0.3.0's SimOTA rule as yolox_fast's exp fields (yolox_fast's default is official's later rule): set on
+# our side wherever yolox_fast is held to 0.3.0's numbers or timed against its work
+RULE_0_3_0_FIELDS = {f"simota_{key}": value for key, value in RULE_0_3_0.items()}
+
+
+def with_rule_0_3_0(exp):
+    """yolox_fast's `exp`, with YOLOX 0.3.0's SimOTA rule set."""
+    for key, value in RULE_0_3_0_FIELDS.items():
+        setattr(exp, key, value)
+    return exp
+
 
 def require_official_yolox(suite: str) -> None:
     """Exit with the command to use when official YOLOX 0.3.0 is not importable (the reference python)."""

@@ -8,8 +8,8 @@ import torch
 
 from benchmarks.kit.inputs import random_batch
 from benchmarks.kit.measure import CpuPeak, peak_bytes
+from benchmarks.kit.official import with_rule_0_3_0
 from yolox_fast.exp import get_exp
-from yolox_fast.models.simota import RULE_0_3_0
 from yolox_fast.utils import amp
 from yolox_fast.utils.ema import ModelEMA
 
@@ -71,9 +71,8 @@ def official_step(device: torch.device, num_classes: int, amp_dtype, name: str =
 def ours_step(device: torch.device, num_classes: int, amp_dtype, state_dict, name: str = "yolox-nano"):
     """(model, a function doing one of our training steps on (imgs, targets)), from `state_dict`, with
     YOLOX 0.3.0's SimOTA rule: the same assignments as `official_step`'s, so the two time the same work."""
-    exp = get_exp(exp_name=name)
+    exp = with_rule_0_3_0(get_exp(exp_name=name))
     exp.num_classes = num_classes
-    exp.simota_box_prior, exp.simota_center_radius = RULE_0_3_0["box_prior"], RULE_0_3_0["center_radius"]
     model = exp.get_model()
     model.load_state_dict(state_dict)
     memory_format = torch.channels_last if exp.channels_last else torch.contiguous_format

@@ -65,7 +65,7 @@ from tabulate import tabulate
 from benchmarks.kit.commands import overrides, tool
 from benchmarks.kit.inputs import WEIGHTS
 from benchmarks.kit.measure import spread
-from benchmarks.kit.official import require_official_yolox
+from benchmarks.kit.official import RULE_0_3_0_FIELDS, require_official_yolox
 from benchmarks.kit.recipe import add_recipe_arguments
 from benchmarks.kit.recipe import recipe as fidelity_recipe
 from yolox_fast.core.results import read_results
@@ -488,7 +488,7 @@ def main(argv: Sequence[str]) -> None:
         if row.startswith("ours"):
             ours_fields = {**fields, "_batch": args.batch, "dataset": data}
             if row == "ours-0.3.0":
-                ours_fields.update(simota_box_prior=True, simota_center_radius=2.5)
+                ours_fields.update(RULE_0_3_0_FIELDS)
             exp_args = ["-n", "yolox-nano"]
             result = run_ours(
                 f"{row}_s{seed}", exp_args, ours_fields, args.ours_opts, args.weights, args.threads, out

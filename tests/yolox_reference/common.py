@@ -74,17 +74,11 @@ def official_nano_exp(num_classes: int):
     return exp
 
 
-# YOLOX 0.3.0's SimOTA rule as yolox_fast's exp fields: the reference is 0.3.0, and yolox_fast's default
-# is the later rule, so the piece-by-piece comparisons set 0.3.0's on our side
-RULE_0_3_0 = {"simota_box_prior": True, "simota_center_radius": 2.5}
-
-
 def ours_nano_exp(num_classes: int):
     """yolox_fast's yolox-nano exp with `num_classes` and YOLOX 0.3.0's SimOTA rule."""
+    from benchmarks.kit.official import with_rule_0_3_0
     from yolox_fast.exp import get_exp
 
-    exp = get_exp(exp_name="yolox-nano")
+    exp = with_rule_0_3_0(get_exp(exp_name="yolox-nano"))
     exp.num_classes = num_classes
-    for key, value in RULE_0_3_0.items():
-        setattr(exp, key, value)
     return exp

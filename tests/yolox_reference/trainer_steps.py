@@ -44,11 +44,12 @@ def build_ours(data: str, weights: str, fields: dict, batch: int, out: Path):
     """yolox_fast's Trainer as `tools/train.py -n yolox-nano -c WEIGHTS -b BATCH KEY VALUE ...` makes it,
     with YOLOX 0.3.0's SimOTA rule, after before_train (refit done, loader and EMA made)."""
     from benchmarks.kit.commands import overrides
+    from benchmarks.kit.official import RULE_0_3_0_FIELDS
     from yolox_fast.core.cli import build_exp, parse_with_overrides
     from yolox_fast.core.trainer import Trainer
     from yolox_fast.tools.train import make_parser
 
-    fields = {**fields, **common.RULE_0_3_0}
+    fields = {**fields, **RULE_0_3_0_FIELDS}
     opts = overrides({**fields, "dataset": data, "output_dir": out, "save_history_ckpt": False})
     argv = ["-n", "yolox-nano", "-c", weights, "-b", str(batch), "-expn", "steps", "-l", "none", *opts]
     args = parse_with_overrides(make_parser(), [str(a) for a in argv])
