@@ -79,6 +79,7 @@ setup(
         "test": [
             "pytest",
             "pytest-timeout",
+            "pytest-xdist",  # the suite runs on two workers (pyproject addopts)
             "onnx",
             "onnxruntime",
             "openvino",

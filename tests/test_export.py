@@ -307,27 +307,51 @@ def test_missing_runtime_names_the_extra(monkeypatch, random_onnx, capsys):
     assert 'pip install "yolox_fast[onnx]"' in _error_line("eval", ["-c", random_onnx], capsys)
 
 
-def _printed_ap(out: str) -> tuple[str, str]:
-    """The (AP50:95, AP50) line eval printed, as printed (4 decimals)."""
+def _printed_ap(out: str) -> tuple[float, float]:
+    """The (AP50:95, AP50) line eval printed."""
     found = AP_LINE.findall(out)
     assert found, out[-3000:]
-    return found[-1]
+    return float(found[-1][0]), float(found[-1][1])
+
+
+def _unmatched(expected: list[dict], got: list[dict], score_tol: float, px_tol: float) -> list[dict]:
+    """The detections (COCO result rows) of `expected` that `got` lacks: each matched to one row of the same
+    image and class within `score_tol` in score and `px_tol` in every bbox value, each row used once."""
+    pool: dict[tuple, list[dict]] = {}
+    for row in got:
+        pool.setdefault((row["image_id"], row["category_id"]), []).append(row)
+    missing = []
+    for row in expected:
+        same = [
+            other
+            for other in pool.get((row["image_id"], row["category_id"]), [])
+            if abs(other["score"] - row["score"]) <= score_tol
+            and max(abs(a - b) for a, b in zip(other["bbox"], row["bbox"])) <= px_tol
+        ]
+        if same:
+            pool[(row["image_id"], row["category_id"])].remove(same[0])
+        else:
+            missing.append(row)
+    return missing
 
 
 @pytest.mark.slow
-def test_exported_files_score_the_checkpoints_ap_and_the_demo_draws_with_onnx(tiny_shapes_coco, tmp_path):
-    from yolox_fast.tools import train
-
+def test_exported_files_score_the_checkpoints_detections_and_the_demo_draws_with_onnx(
+    tiny_shapes_coco, tmp_path
+):
+    """Every format, run by `tools/eval.py -c FILE` as typed, gives the checkpoint's detections, hence its AP.
+    A lively random model, not a trained one: scores spread over (0, 1) keep the ranking and NMS stable under
+    the runtimes' fp32 rounding, which differs with the CPU. A model trained in the seconds a test has (24
+    images, 180 steps) saturates: scores of exactly 1.0 on boxes of 1e30 px, whose order rounding decides,
+    so ONNX Runtime on an AVX-512 EPYC scored twice the AP50 of PyTorch and OpenVINO, which agreed."""
     data = ["dataset", tiny_shapes_coco["config"], "output_dir", str(tmp_path), "data_num_workers", "0"]
-    # 96 px: OpenVINO INT8 needs a coarsest level of 3x3 cells. The quick start's lr for 180 steps: a model
-    # that finds something (AP50 0.02; 120 steps at 64 px and lr 0.01 found next to nothing, 0 to 5e-4)
-    tiny = ["input_size", "(96,96)", "random_size", "(3,3)", "seed", "0"]
-    recipe = ["max_epoch", "30", "no_aug_epochs", "0", "warmup_epochs", "1", "eval_interval", "30"]
-    recipe += ["basic_lr_per_img", str(0.3 / 64), "save_eval_report", "False"]
-    train.run_training(
-        train.parse_args(["-f", SHAPES_EXP, "-expn", "run", "-b", "4", "-l", "none", *data, *tiny, *recipe])
-    )
-    ckpt = str(tmp_path / "run" / "best_ckpt.pth")
+    # 96 px: OpenVINO INT8 needs a coarsest level of 3x3 cells
+    exp, model = _lively_nano(tiny_shapes_coco["config"], 96)
+    with torch.no_grad():
+        for conv in model.head.reg_preds:  # boxes of twice the stride: some cover a shape, the AP is not 0
+            conv.bias.copy_(torch.tensor([0.0, 0.0, np.log(2.0), np.log(2.0)]))
+    ckpt = str(tmp_path / "lively.pth")
+    torch.save({"model": model.state_dict()}, ckpt)
 
     export = load_tool("export")
     files = {
@@ -338,29 +362,36 @@ def test_exported_files_score_the_checkpoints_ap_and_the_demo_draws_with_onnx(ti
         "int8.xml": ["--format", "openvino", "--dynamic", "--int8"],
         "int8.onnx": ["--format", "onnx", "--dynamic", "--int8"],
     }
-    base = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, "--no-check", "--tsize", "96", *data, *tiny]
+    tiny = ["--tsize", "96", "input_size", "(96,96)", "random_size", "(3,3)"]
+    base = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, "--no-check", *tiny, *data]
     for suffix, flags in files.items():
         export.main([*flags, "--output-name", str(tmp_path / f"model.{suffix}"), *base])
 
     # -b 3 on the static batch-2 graph: chunks of 2, the last one padded
     flags = ["-b", "3", "--conf", "0.001"]
-    ckpt_flags = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, "--tsize", "96", *flags, *data, *tiny]
-    # the checkpoint's AP from `python tools/eval.py` as a user types it
-    reference = _printed_ap(run_tool_process("eval", *ckpt_flags, cwd=tmp_path))
-    assert float(reference[1]) > 0, reference  # a model that finds something: the comparison means something
+    # the checkpoint's detections and AP from `python tools/eval.py` as a user types it
+    typed = ["-f", SHAPES_EXP, "-expn", "run", "-c", ckpt, *flags, *tiny, *data]
+    reference = _printed_ap(run_tool_process("eval", *typed, "--save-dir", "ckpt", cwd=tmp_path))
+    expected = json.loads((tmp_path / "ckpt" / "detections.json").read_text())
+    assert reference[1] > 0 and len(expected) > 1000, reference  # every anchor's box, some of them right
     for suffix in files:  # no -f: data, size, classes and thresholds come from the file
         # as typed too, in this process: six more interpreter starts would only add their imports
         done = run_tool_here(
-            "eval", "-c", tmp_path / f"model.{suffix}", *flags, "data_num_workers", 0, cwd=tmp_path
-        )
+            "eval", "-c", tmp_path / f"model.{suffix}", *flags, "--save-dir", suffix, "data_num_workers", 0,
+            cwd=tmp_path,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        scored = _printed_ap(done.stderr)
+        got = json.loads((tmp_path / suffix / "detections.json").read_text())
         if "fp16" in suffix or "int8" in suffix:
-            # reduced precision: at most 0.02 AP50:95 and 0.05 AP50 from fp32 on this model
-            drops = [float(ref) - float(got) for ref, got in zip(reference, scored)]
-            assert drops[0] <= 0.02 and drops[1] <= 0.05, (suffix, reference, scored)
+            # reduced precision: this random model's boxes amplify its rounding (fp16 moves some by tens of
+            # px), so here only that eval runs it on every image; how close its outputs stay is the INT8
+            # and fp16 tests' above, on the outputs themselves
+            assert {row["image_id"] for row in got} == {row["image_id"] for row in expected}, suffix
         else:
-            assert scored == reference, (suffix, reference, scored)
+            # fp32: every box within fp32 rounding (2e-4 in score, 0.05 px), the AP as printed
+            assert len(got) == len(expected) and not _unmatched(expected, got, 2e-4, 0.05), suffix
+            scored = _printed_ap(done.stderr)
+            assert scored == pytest.approx(reference, abs=1e-4), (suffix, reference, scored)
 
     # the demo draws with the INT8 OpenVINO file, classes named from its metadata
     demo = load_tool("demo")

@@ -81,8 +81,10 @@ def test_exported_graph_ends_in_the_torch_modules_detections(lively, fmt, static
     exported = load_exported_model(path)
     assert exported.metadata.nms == nms and exported.metadata.decode_in_graph
     # 4 images: a dynamic graph at another batch than traced, a static batch-3 one fed 3 + 1 padded
+    # px, boxes up to ~200 px: the runtimes' fp32 kernels differ with the CPU (OpenVINO on an AVX-512 EPYC:
+    # 0.011 px, ONNX Runtime 0.002); another box kept or another order would be off by pixels
     diff, _ = output_diff(model, exported, images)
-    assert diff < 1e-2  # px: fp32 rounding of boxes up to ~100 px, the same boxes kept in the same order
+    assert diff < 0.05, diff
     with pytest.raises(ValueError, match="ends in NMS"):
         exported(images)
 
