@@ -16,6 +16,7 @@ import pytest
 from benchmarks.__main__ import SUITES, main
 from benchmarks.kit import official
 from benchmarks.kit.fidelity_data import CLASS_NAMES, make_fidelity_set
+from benchmarks.kit.peak import achieved_columns
 from benchmarks.suites import fidelity, finetune
 
 REPO = Path(__file__).resolve().parents[1]
@@ -336,3 +337,13 @@ def test_scale_benchmark_prints_our_figures(capsys, tmp_path):
     number = r"-?\d+(\.\d+)?"
     assert re.search(rf"^120 ours +{number} +{number} +{number} +{number} s, \+\d+ MiB", out, re.M), out
     assert re.search(rf"^30 ours +{number} +{number} +0\.\d+$", out, re.M), out
+
+
+def test_achieved_columns_keep_three_significant_digits_when_they_end_in_zeros():
+    """A share of exactly 6% printed as a bare "6%" beside "5.7%" (a run of the suite met it)."""
+    peak = {"peak": 100e9}
+    assert achieved_columns(6e9, 1.0, peak) == ["6.00", "6.00%"]
+    assert achieved_columns(5.7e9, 1.0, peak)[1] == "5.70%"
+    assert achieved_columns(1.234e7, 1.0, peak)[1] == "0.0123%"
+    assert achieved_columns(99.96e9, 1.0, peak)[1] == "100%"
+    assert achieved_columns(250e9, 1.0, peak)[0] == "250"

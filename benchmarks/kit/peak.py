@@ -89,7 +89,8 @@ def achieved_columns(flops_per_image: float, images_per_second: float, peak: dic
     rate = flops_per_image * images_per_second
 
     def figure(value: float) -> str:  # three significant digits: a tiny test run must not print 0.0
-        return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+        # "#": trailing zeros kept, so 6.0 prints 6.00 beside 5.70, not a bare 6 (99.96: "100", not "100.")
+        return f"{value:#.3g}".rstrip(".") if value < 100 else f"{value:.0f}"
 
     return [figure(rate / 1e9), f"{figure(100 * rate / peak['peak'])}%"]
 
